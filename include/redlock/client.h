@@ -1,0 +1,89 @@
+// redlock/client.h — the quorum lock client.
+//
+// A Client holds one connection to each of N independent Redis masters, all driven by one
+// libuv event loop. An acquire sends `SET key token NX PX ttl` to every master at once,
+// decides as soon as the votes allow either way (quorum = N/2 + 1 for, or more than
+// N - quorum against), and grants only while ttl - elapsed - drift is positive. A failed
+// attempt is released on every master. Release and extend are Lua compare-and-delete /
+// compare-and-PEXPIRE scripts sent to all masters at once. N = 1 is the plain single-Redis
+// lock through the same API.
+//
+// Threading: every public member function is thread-safe. Completion callbacks run on the
+// loop thread (the Client's own, or the caller's uv loop); they must not block, and must not
+// call the blocking functions (those throw UsageError there). Exceptions thrown by a
+// callback are caught and discarded at the library boundary.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redlock/options.h"
+#include "redlock/result.h"
+
+namespace redlock {
+
+using Callback = std::function<void(Result)>;
+using OperationId = std::uint64_t;
+
+class Client {
+ public:
+  // Validates `options` (throws ConfigError naming the bad value) and starts connecting to
+  // every master in the background; it does not wait for the connections. Operations sent
+  // while a master is still connecting wait for it within their command deadline.
+  explicit Client(ClientOptions options);
+
+  // Cancels operations still in flight (their callbacks get Outcome::cancelled and any
+  // partial grant is released, best effort) and closes the connections. Never throws.
+  // With the Client's own loop: joins the loop thread; must not be called from a callback.
+  // With a caller's loop: must be called on that loop's thread (or while it is not
+  // running); the caller must run the loop afterwards until it has no handles left, which
+  // frees the last sockets.
+  ~Client();
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // --- asynchronous API: never blocks; `done` is called exactly once, on the loop thread.
+  OperationId acquire_async(std::string resource, Callback done, AcquireOptions options = {});
+  OperationId extend_async(Lock lock, Callback done, std::optional<Milliseconds> ttl = {});
+  OperationId release_async(Lock lock, Callback done);
+  // Cancels an acquire (in flight or waiting to retry); its callback gets
+  // Outcome::cancelled and any partial grant is released. Extend/release are not
+  // cancellable (they finish within one command deadline). Unknown ids are ignored.
+  void cancel(OperationId id);
+
+  // --- blocking API: callable from any thread except the loop thread (UsageError there).
+  // Acquire: retries per options (retry_count, retry_delay +- jitter, wait).
+  Result acquire(std::string_view resource, AcquireOptions options = {});
+  // Extend: one round. A lock whose deadline has passed is never extended
+  // (Outcome::validity_expired), and a missing key is never recreated (Outcome::lost).
+  // `ttl` defaults to the lock's own ttl. On success result.lock holds the new deadline.
+  Result extend(const Lock& lock, std::optional<Milliseconds> ttl = {});
+  // Release: one round of compare-and-delete on every master.
+  Result release(const Lock& lock);
+
+  // Blocks until at least `count` masters are connected (and authenticated), or `timeout`
+  // passes. Returns whether they are. Useful before a first, latency-sensitive acquire.
+  bool wait_connected(std::size_t count, Milliseconds timeout);
+
+  [[nodiscard]] std::size_t size() const noexcept;    // N
+  [[nodiscard]] std::size_t quorum() const noexcept;  // N/2 + 1
+  [[nodiscard]] const ClientOptions& options() const noexcept;
+  [[nodiscard]] std::vector<std::string> endpoints() const;  // display names, in order
+  // The drift allowance for a given ttl: ttl * drift_factor + drift_constant.
+  [[nodiscard]] std::chrono::microseconds drift(Milliseconds ttl) const noexcept;
+  // Now on the Client's clock (the clock Lock::deadline is on).
+  [[nodiscard]] std::chrono::steady_clock::time_point now() const;
+  // Remaining validity of `lock` (deadline - now), never negative.
+  [[nodiscard]] std::chrono::microseconds remaining(const Lock& lock) const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace redlock

@@ -1,0 +1,98 @@
+// redlock/mutex.h — a distributed lock with the std::mutex interface.
+//
+// redlock::Mutex names one resource on one Client and meets the standard TimedLockable
+// requirements (lock, try_lock, try_lock_for, try_lock_until, unlock), so std::unique_lock,
+// std::scoped_lock and std::lock_guard work with it. Threads of one process that share a
+// Mutex are first serialised locally, so only one of them contends in Redis at a time.
+//
+// The lease is not renewed automatically: a holder must finish (or extend()) before
+// remaining() reaches zero. unlock() and the destructor never throw; what happened is in
+// last_result().
+//
+// redlock::LockGuard is the RAII form for a single acquire attempt with retries.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "redlock/client.h"
+
+namespace redlock {
+
+class Mutex {
+ public:
+  // Throws ConfigError if `resource` is empty or longer than kMaxResourceSize.
+  // `client` must outlive the Mutex.
+  Mutex(Client& client, std::string resource, AcquireOptions options = {});
+  ~Mutex();  // releases if still held; never throws
+  Mutex(const Mutex&) = delete;
+  Mutex& operator=(const Mutex&) = delete;
+
+  // Blocks until acquired, retrying for as long as it takes. Throws LockError only if it
+  // can never succeed (the Client is shutting down, or the request is invalid).
+  void lock();
+  // One attempt, no retries. Blocks for at most about one command deadline.
+  bool try_lock();
+  // Retries until acquired or the time is up.
+  template <class Rep, class Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
+    return try_lock_within(std::chrono::ceil<Milliseconds>(timeout));
+  }
+  template <class ClockT, class Duration>
+  bool try_lock_until(const std::chrono::time_point<ClockT, Duration>& deadline) {
+    return try_lock_within(std::chrono::ceil<Milliseconds>(deadline - ClockT::now()));
+  }
+  // Releases on every master. Never throws; see last_result().
+  void unlock() noexcept;
+
+  // Extends the held lease by `ttl` (default: the acquire's ttl). False if not held or the
+  // extend failed (see last_result()); a lost lock stays lost.
+  bool extend(std::optional<Milliseconds> ttl = {});
+
+  [[nodiscard]] bool owns_lock() const;
+  [[nodiscard]] std::optional<Lock> held() const;
+  // Remaining validity of the held lease; zero when not held.
+  [[nodiscard]] std::chrono::microseconds remaining() const;
+  // The Result of the last acquire, extend or release.
+  [[nodiscard]] Result last_result() const;
+  [[nodiscard]] const std::string& resource() const noexcept { return resource_; }
+
+ private:
+  bool try_lock_within(Milliseconds timeout);
+  bool attempt(AcquireOptions options);
+
+  Client& client_;
+  const std::string resource_;
+  const AcquireOptions options_;
+  std::timed_mutex local_;  // serialises this process's threads before they go to Redis
+  mutable std::mutex state_mutex_;
+  std::optional<Lock> held_;  // guarded by state_mutex_
+  Result last_result_;        // guarded by state_mutex_
+};
+
+// Acquires in the constructor (with the Client's retries, or `options`), releases in the
+// destructor. Check owns_lock() before relying on it. Never throws from the destructor.
+class LockGuard {
+ public:
+  LockGuard(Client& client, std::string_view resource, AcquireOptions options = {});
+  ~LockGuard();
+  LockGuard(const LockGuard&) = delete;
+  LockGuard& operator=(const LockGuard&) = delete;
+
+  [[nodiscard]] bool owns_lock() const noexcept { return lock_.has_value(); }
+  explicit operator bool() const noexcept { return owns_lock(); }
+  // The acquire's Result (or the release's, after release()).
+  [[nodiscard]] const Result& result() const noexcept { return result_; }
+  [[nodiscard]] const std::optional<Lock>& lock() const noexcept { return lock_; }
+  // Releases now instead of at scope exit. Returns the release's Result.
+  const Result& release() noexcept;
+
+ private:
+  Client& client_;
+  std::optional<Lock> lock_;
+  Result result_;
+};
+
+}  // namespace redlock

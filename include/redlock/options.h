@@ -1,0 +1,117 @@
+// redlock/options.h — configuration of a redlock::Client and of one acquire call.
+//
+// A Client talks to N independent Redis masters (no replication between them) and holds a
+// lock only when a majority, quorum = N/2 + 1, granted it. Every field below documents its
+// default and what zero means. Invalid values are rejected by the Client constructor with a
+// redlock::ConfigError naming the field and the value.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redlock/clock.h"
+
+struct uv_loop_s;  // libuv's uv_loop_t, so this header does not pull in <uv.h>.
+
+namespace redlock {
+
+using Milliseconds = std::chrono::milliseconds;
+
+// One master, parsed from `redis://[user:password@]host[:port][/db]`.
+// The host may be a name, an IPv4 address or a bracketed IPv6 address ([::1]).
+// The port defaults to 6379 and the db to 0. User and password may be percent-encoded.
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 6379;
+  std::string user;      // empty: AUTH with the password only (the "default" user)
+  std::string password;  // empty: no AUTH
+  int db = 0;            // SELECT after connecting when not 0
+
+  // Throws ConfigError naming the URI (password masked) and what is wrong with it.
+  static Endpoint parse(std::string_view uri);
+
+  // "host:port" or "host:port/db": what results and logs show. Never the password.
+  [[nodiscard]] std::string display() const;
+};
+
+struct ClientOptions {
+  // The masters, as URIs (see Endpoint). Required; no duplicates (same host and port).
+  std::vector<std::string> masters;
+
+  // Prepended to every resource name to make the Redis key. May be empty.
+  std::string key_prefix = "redlock:";
+
+  // Lease time of a lock: the PX of `SET key token NX PX ttl`. Must exceed the drift
+  // allowance below. Default 10 s.
+  Milliseconds ttl{10'000};
+
+  // Clock drift allowance: drift = ttl * drift_factor + drift_constant. A grant is valid
+  // only for ttl - elapsed - drift. Defaults 0.01 and 2 ms, as in the Redlock description.
+  // 0 for both means "no allowance", which is only sound on a single machine.
+  double drift_factor = 0.01;
+  Milliseconds drift_constant{2};
+
+  // A grant whose remaining validity is not above this is refused (and released).
+  // Default 0: any positive validity is granted.
+  Milliseconds min_validity{0};
+
+  // How many times a failed acquire is retried (0 = one attempt only), and the pause
+  // between attempts: retry_delay plus a uniform random offset in [-retry_jitter,
+  // +retry_jitter], so that contending clients spread out. Defaults 3, 200 ms, 100 ms.
+  int retry_count = 3;
+  Milliseconds retry_delay{200};
+  Milliseconds retry_jitter{100};
+
+  // Deadline of every command on every master, measured from the moment the round is
+  // sent. A master that has not answered by then counts as failed for this round; it
+  // never delays a decision longer. Should be small compared to ttl. Default 50 ms.
+  Milliseconds command_timeout{50};
+
+  // Deadline for TCP connect plus the AUTH/SELECT handshake. Default 1 s.
+  Milliseconds connect_timeout{1'000};
+
+  // Reconnect backoff after a failed or lost connection: starts at reconnect_min,
+  // doubles up to reconnect_max (each with +-25% jitter). Defaults 50 ms and 2 s.
+  Milliseconds reconnect_min{50};
+  Milliseconds reconnect_max{2'000};
+
+  // A connection whose oldest outstanding command has waited this long is considered
+  // dead (e.g. the master is frozen) and is dropped and re-established. Keep it well above
+  // command_timeout. 0 disables the check. Default 3 s.
+  Milliseconds stall_timeout{3'000};
+
+  // Local address to bind outgoing connections to (e.g. "127.0.0.11"), so that fault
+  // injection can partition this client alone. Empty: the kernel chooses.
+  std::string source_address;
+
+  // Event loop. nullptr (default): the Client runs its own libuv loop on its own thread.
+  // Otherwise the Client attaches to this loop, which the caller runs; completion
+  // callbacks then run on the caller's loop thread. See client.h for the lifetime rules.
+  uv_loop_s* loop = nullptr;
+
+  // Monotonic clock for validity arithmetic. nullptr (default): std::chrono::steady_clock.
+  std::shared_ptr<const Clock> clock;
+};
+
+// Per-call overrides for one acquire; unset fields take the Client's options.
+struct AcquireOptions {
+  std::optional<Milliseconds> ttl;
+  // Retries after the first attempt; -1 = keep retrying until `wait` runs out (or forever
+  // when `wait` is unset, as redlock::Mutex::lock() does).
+  std::optional<int> retry_count;
+  // Give up retrying once this much time has passed since the call. Unset: no limit
+  // beyond retry_count.
+  std::optional<Milliseconds> wait;
+};
+
+// Largest resource name accepted, in bytes. Names are binary-safe.
+inline constexpr std::size_t kMaxResourceSize = 1024;
+// Largest key prefix accepted, in bytes.
+inline constexpr std::size_t kMaxKeyPrefixSize = 256;
+
+}  // namespace redlock

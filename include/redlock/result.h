@@ -1,0 +1,89 @@
+// redlock/result.h — what a lock operation reports.
+//
+// Every acquire, extend and release returns a Result: one top-level Outcome plus one
+// MasterResult per master saying what happened there and how long it took. Failing to get a
+// lock is a Result, never an exception. "Taken by another" is distinct from "quorum
+// unreachable": the first is contention, the second is an outage.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace redlock {
+
+enum class Outcome : std::uint8_t {
+  acquired,            // acquire: a quorum granted and validity is positive
+  extended,            // extend: a quorum extended; the Lock carries the new deadline
+  released,            // release: a quorum no longer holds our token
+  taken,               // acquire: enough masters hold another owner's token
+  lost,                // extend: the key is gone or owned by another on enough masters
+  quorum_unreachable,  // too many masters failed (timeout, not connected, error)
+  validity_expired,    // the quorum answered too late: ttl - elapsed - drift <= minimum,
+                       // or (extend) the lock's deadline had already passed
+  cancelled,           // cancelled by the caller, or the Client is shutting down
+  invalid_argument,    // bad resource name, ttl, ...; `message` names the value
+};
+
+// What happened on one master.
+enum class MasterStatus : std::uint8_t {
+  ok,             // acquire: SET NX succeeded; release: deleted; extend: expiry extended
+  held_by_other,  // the key holds another owner's token
+  not_found,      // release/extend: the key was not there (expired or never set)
+  server_error,   // an error reply (WRONGTYPE, READONLY, OOM, LOADING, NOAUTH, ...): see `error`
+  timeout,        // no reply within command_timeout
+  not_connected,  // no usable connection: see `error` for why (refused, lost, auth failed)
+  not_counted,    // a reply that did not count as a vote
+  pending,        // still in flight when the outcome was decided (the quorum was already
+                  // reached, or already impossible)
+};
+
+[[nodiscard]] std::string_view to_string(Outcome outcome) noexcept;
+[[nodiscard]] std::string_view to_string(MasterStatus status) noexcept;
+
+struct MasterResult {
+  std::string endpoint;  // Endpoint::display(): "host:port[/db]", never a password
+  MasterStatus status = MasterStatus::pending;
+  std::string error;                     // server error text or connection problem
+  std::chrono::microseconds latency{0};  // send to reply (0 when not answered)
+};
+
+// A held lock: what release and extend need. A plain value; copying it does not copy
+// ownership in Redis, it only names it.
+struct Lock {
+  std::string resource;  // as given by the caller
+  std::string key;       // key_prefix + resource
+  std::string token;     // random owner token (>= 128 bits from getrandom, hex)
+  std::chrono::milliseconds ttl{0};
+  // Monotonic (Client clock) instants: when the granting round was sent, and when the
+  // lease stops being safe to rely on: started + ttl - drift.
+  std::chrono::steady_clock::time_point started{};
+  std::chrono::steady_clock::time_point deadline{};
+};
+
+struct Result {
+  Outcome outcome = Outcome::cancelled;
+  // acquire/extend success: the lock (with its new deadline after an extend).
+  std::optional<Lock> lock;
+  // Remaining validity when the outcome was decided (deadline - now), on success.
+  std::chrono::microseconds validity{0};
+  // One entry per master, in configuration order, for the last round that was sent.
+  std::vector<MasterResult> masters;
+  int attempts = 0;     // rounds sent (acquire retries included)
+  std::string message;  // human-readable explanation when not successful
+
+  [[nodiscard]] bool ok() const noexcept {
+    return outcome == Outcome::acquired || outcome == Outcome::extended ||
+           outcome == Outcome::released;
+  }
+  explicit operator bool() const noexcept { return ok(); }
+  [[nodiscard]] std::size_t count(MasterStatus status) const noexcept;
+};
+
+// A readable multi-line table: the outcome line, then one row per master.
+[[nodiscard]] std::string format_result(const Result& result);
+
+}  // namespace redlock

@@ -1,0 +1,379 @@
+#include "detail/connection.h"
+
+#include <hiredis/hiredis.h>
+#include <hiredis/read.h>
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "detail/commands.h"
+
+namespace redlock::detail {
+
+struct Connection::Socket {
+  uv_tcp_t tcp{};
+  uv_connect_t connect_req{};
+  Connection* owner = nullptr;  // null once the Connection has let go of this socket
+  char read_buffer[64 * 1024];
+};
+
+struct Connection::Resolve {
+  uv_getaddrinfo_t req{};
+  Connection* owner = nullptr;
+};
+
+namespace {
+
+struct WriteRequest {
+  uv_write_t req{};
+  std::string data;
+};
+
+std::uint64_t to_ns(Milliseconds ms) {
+  return static_cast<std::uint64_t>(ms.count()) * 1'000'000u;
+}
+
+std::string uv_error(const char* what, int code) {
+  return std::string(what) + ": " + uv_err_name(code) + " (" + uv_strerror(code) + ")";
+}
+
+bool parse_ip(const std::string& host, std::uint16_t port, sockaddr_storage& out) {
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&out);
+  if (uv_ip4_addr(host.c_str(), port, v4) == 0) return true;
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&out);
+  return uv_ip6_addr(host.c_str(), port, v6) == 0;
+}
+
+Milliseconds jittered(Milliseconds base) {
+  // +-25% so that many clients reconnecting to a restarted master do not arrive together.
+  thread_local std::minstd_rand rng{std::random_device{}()};
+  const auto spread = base.count() / 4;
+  if (spread <= 0) return base;
+  std::uniform_int_distribution<long> offset(-spread, spread);
+  return Milliseconds(base.count() + offset(rng));
+}
+
+}  // namespace
+
+Connection::Connection(EventLoop& loop, ConnectionOptions options)
+    : loop_(loop),
+      options_(std::move(options)),
+      name_(options_.endpoint.display()),
+      reader_(nullptr, &redisReaderFree) {
+  loop_.add_before_poll_hook([this] {
+    if (!out_.empty()) flush();
+  });
+}
+
+Connection::~Connection() { close(); }
+
+void Connection::start() {
+  if (state_ == State::disconnected && socket_ == nullptr) connect();
+}
+
+void Connection::connect() {
+  state_ = State::connecting;
+  ++generation_;
+  const auto generation = generation_;
+  connect_timer_ = loop_.schedule_at(now_ns() + to_ns(options_.connect_timeout), [this, generation] {
+    connect_timer_ = 0;
+    if (generation == generation_ && (state_ == State::connecting || state_ == State::handshaking)) {
+      fail("connect timed out after " + std::to_string(options_.connect_timeout.count()) + " ms");
+    }
+  });
+
+  sockaddr_storage address{};
+  if (parse_ip(options_.endpoint.host, options_.endpoint.port, address)) {
+    start_tcp(reinterpret_cast<const sockaddr*>(&address));
+    return;
+  }
+  auto* resolve = new Resolve;
+  resolve->owner = this;
+  resolve->req.data = resolve;
+  resolving_ = resolve;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  const std::string port = std::to_string(options_.endpoint.port);
+  const int rc = uv_getaddrinfo(
+      loop_.uv(), &resolve->req,
+      [](uv_getaddrinfo_t* req, int status, addrinfo* result) {
+        auto* self = static_cast<Resolve*>(req->data);
+        Connection* owner = self->owner;
+        delete self;
+        if (owner == nullptr) {
+          if (result != nullptr) uv_freeaddrinfo(result);
+          return;
+        }
+        owner->resolving_ = nullptr;
+        if (status < 0 || result == nullptr) {
+          owner->fail(uv_error(("resolve " + owner->options_.endpoint.host).c_str(), status));
+        } else {
+          owner->start_tcp(result->ai_addr);
+        }
+        if (result != nullptr) uv_freeaddrinfo(result);
+      },
+      options_.endpoint.host.c_str(), port.c_str(), &hints);
+  if (rc < 0) {
+    resolving_ = nullptr;
+    delete resolve;
+    fail(uv_error("resolve", rc));
+  }
+}
+
+void Connection::start_tcp(const sockaddr* address) {
+  socket_ = new Socket;
+  socket_->owner = this;
+  uv_tcp_init(loop_.uv(), &socket_->tcp);
+  socket_->tcp.data = socket_;
+  reader_.reset(redisReaderCreate());
+
+  if (!options_.source_address.empty()) {
+    sockaddr_storage source{};
+    if (!parse_ip(options_.source_address, 0, source)) {
+      fail("source address '" + options_.source_address + "' is not an IP address");
+      return;
+    }
+    if (const int rc = uv_tcp_bind(&socket_->tcp, reinterpret_cast<const sockaddr*>(&source), 0); rc < 0) {
+      fail(uv_error(("bind " + options_.source_address).c_str(), rc));
+      return;
+    }
+  }
+  const int rc = uv_tcp_connect(&socket_->connect_req, &socket_->tcp, address, [](uv_connect_t* req, int status) {
+    auto* socket = static_cast<Socket*>(req->handle->data);
+    if (socket->owner != nullptr) socket->owner->on_connected(status);
+  });
+  if (rc < 0) fail(uv_error("connect", rc));
+}
+
+void Connection::on_connected(int status) {
+  if (status < 0) {
+    fail(uv_error("connect", status));
+    return;
+  }
+  auto* stream = reinterpret_cast<uv_stream_t*>(&socket_->tcp);
+  uv_tcp_nodelay(&socket_->tcp, 1);
+  uv_tcp_keepalive(&socket_->tcp, 1, 10);
+  const int rc = uv_read_start(
+      stream,
+      [](uv_handle_t* handle, std::size_t, uv_buf_t* buf) {
+        auto* socket = static_cast<Socket*>(handle->data);
+        *buf = uv_buf_init(socket->read_buffer, sizeof(socket->read_buffer));
+      },
+      [](uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
+        auto* socket = static_cast<Socket*>(s->data);
+        if (socket->owner == nullptr) return;
+        if (nread > 0) {
+          socket->owner->on_read(buf->base, static_cast<std::size_t>(nread));
+        } else if (nread == UV_EOF) {
+          socket->owner->fail("connection closed by the server");
+        } else if (nread < 0) {
+          socket->owner->fail(uv_error("read", static_cast<int>(nread)));
+        }
+      });
+  if (rc < 0) {
+    fail(uv_error("read", rc));
+    return;
+  }
+
+  // The handshake goes in front of whatever was queued while connecting; everything is
+  // pipelined, so a queued command waits one write, not one round trip per handshake step.
+  std::string handshake;
+  std::deque<Pending> handshake_pending;
+  const auto now = now_ns();
+  const Endpoint& ep = options_.endpoint;
+  if (!ep.password.empty()) {
+    handshake += ep.user.empty() ? encode_command({"AUTH", ep.password})
+                                 : encode_command({"AUTH", ep.user, ep.password});
+    handshake_pending.push_back({nullptr, 0, now, true});
+  }
+  if (ep.db != 0) {
+    handshake += encode_command({"SELECT", std::to_string(ep.db)});
+    handshake_pending.push_back({nullptr, 0, now, true});
+  }
+  handshake += options_.handshake_extra;
+  for (std::size_t i = 0; i < options_.handshake_extra_count; ++i) {
+    handshake_pending.push_back({nullptr, 0, now, false});
+  }
+  handshake_left_ = handshake_pending.size();
+  out_.insert(0, handshake);
+  pending_.insert(pending_.begin(), std::make_move_iterator(handshake_pending.begin()),
+                  std::make_move_iterator(handshake_pending.end()));
+  if (handshake_left_ == 0) {
+    on_handshake_done();
+  } else {
+    state_ = State::handshaking;
+  }
+  flush();
+}
+
+void Connection::on_handshake_done() {
+  state_ = State::ready;
+  backoff_ = Milliseconds{0};
+  last_error_.clear();
+  if (connect_timer_ != 0) loop_.cancel(std::exchange(connect_timer_, 0));
+}
+
+void Connection::on_read(const char* data, std::size_t size) {
+  if (redisReaderFeed(reader_.get(), data, size) != REDIS_OK) {
+    fail(std::string("protocol error: ") + reader_->errstr);
+    return;
+  }
+  const auto generation = generation_;
+  for (;;) {
+    void* raw = nullptr;
+    if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) {
+      fail(std::string("protocol error: ") + reader_->errstr);
+      return;
+    }
+    if (raw == nullptr) break;
+    const std::unique_ptr<redisReply, void (*)(void*)> reply(static_cast<redisReply*>(raw),
+                                                              &freeReplyObject);
+    if (pending_.empty()) {
+      fail("protocol error: a reply arrived with no command outstanding");
+      return;
+    }
+    Pending pending = std::move(pending_.front());
+    pending_.pop_front();
+    deliver(std::move(pending), reply.get());
+    if (generation != generation_) return;  // the delivery dropped this socket
+  }
+}
+
+void Connection::deliver(Pending pending, const redisReply* reply) {
+  if (pending.sink) {
+    pending.sink->on_reply(pending.tag, reply, {});
+    return;
+  }
+  // One of our own handshake commands.
+  if (handshake_left_ > 0) --handshake_left_;
+  if (pending.handshake_checked && reply->type == REDIS_REPLY_ERROR) {
+    fail("handshake failed: " + std::string(reply->str, reply->len));
+    return;
+  }
+  if (handshake_left_ == 0 && state_ == State::handshaking) on_handshake_done();
+}
+
+bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag) {
+  if (state_ == State::disconnected || state_ == State::closed) return false;
+  if (pending_.size() >= kMaxOutstanding) return false;
+  out_.append(encoded);
+  pending_.push_back({std::move(sink), tag, now_ns(), false});
+  if (stall_timer_ == 0 && options_.stall_timeout.count() > 0) arm_stall_check();
+  return true;
+}
+
+void Connection::flush() {
+  if (out_.empty() || socket_ == nullptr || state_ == State::connecting) return;
+  auto* stream = reinterpret_cast<uv_stream_t*>(&socket_->tcp);
+  uv_buf_t buf = uv_buf_init(out_.data(), static_cast<unsigned>(out_.size()));
+  int written = uv_try_write(stream, &buf, 1);
+  if (written == UV_EAGAIN) written = 0;  // socket full, or an earlier write still queued
+  if (written < 0) {
+    fail(uv_error("write", written));
+    return;
+  }
+  const auto done = static_cast<std::size_t>(written);
+  if (done == out_.size()) {
+    out_.clear();
+    return;
+  }
+  auto* request = new WriteRequest;
+  request->data.assign(out_, done);
+  out_.clear();
+  buf = uv_buf_init(request->data.data(), static_cast<unsigned>(request->data.size()));
+  const int rc = uv_write(&request->req, stream, &buf, 1, [](uv_write_t* req, int status) {
+    auto* owned = reinterpret_cast<WriteRequest*>(req);
+    auto* socket = static_cast<Socket*>(req->handle->data);
+    delete owned;
+    if (status < 0 && status != UV_ECANCELED && socket->owner != nullptr) {
+      socket->owner->fail(uv_error("write", status));
+    }
+  });
+  if (rc < 0) {
+    delete request;
+    fail(uv_error("write", rc));
+  }
+}
+
+void Connection::arm_stall_check() {
+  if (pending_.empty()) return;
+  const auto due = pending_.front().sent_ns + to_ns(options_.stall_timeout);
+  stall_timer_ = loop_.schedule_at(due, [this] {
+    stall_timer_ = 0;
+    check_stall();
+  });
+}
+
+void Connection::check_stall() {
+  if (pending_.empty() || state_ == State::disconnected || state_ == State::closed) return;
+  const auto waited = now_ns() - pending_.front().sent_ns;
+  if (waited >= to_ns(options_.stall_timeout)) {
+    fail("no reply for " + std::to_string(waited / 1'000'000) + " ms: master stalled, reconnecting");
+    return;
+  }
+  arm_stall_check();
+}
+
+void Connection::fail(std::string reason) {
+  if (state_ == State::closed) return;
+  last_error_ = std::move(reason);
+  close_socket();
+  state_ = State::disconnected;
+  fail_pending(last_error_);
+  if (state_ == State::disconnected) schedule_reconnect();
+}
+
+void Connection::fail_pending(const std::string& reason) {
+  out_.clear();
+  handshake_left_ = 0;
+  std::deque<Pending> failed;
+  failed.swap(pending_);
+  for (auto& pending : failed) {
+    if (pending.sink) pending.sink->on_reply(pending.tag, nullptr, reason);
+  }
+}
+
+void Connection::schedule_reconnect() {
+  backoff_ = backoff_.count() == 0 ? options_.reconnect_min
+                                   : std::min(backoff_ * 2, options_.reconnect_max);
+  reconnect_timer_ = loop_.schedule_at(now_ns() + to_ns(jittered(backoff_)), [this] {
+    reconnect_timer_ = 0;
+    if (state_ == State::disconnected) connect();
+  });
+}
+
+void Connection::close_socket() {
+  ++generation_;
+  for (auto* timer : {&connect_timer_, &stall_timer_}) {
+    if (*timer != 0) loop_.cancel(std::exchange(*timer, 0));
+  }
+  if (resolving_ != nullptr) {
+    resolving_->owner = nullptr;
+    uv_cancel(reinterpret_cast<uv_req_t*>(&resolving_->req));
+    resolving_ = nullptr;
+  }
+  reader_.reset();
+  if (socket_ == nullptr) return;
+  socket_->owner = nullptr;
+  uv_close(reinterpret_cast<uv_handle_t*>(&socket_->tcp),
+           [](uv_handle_t* handle) { delete static_cast<Socket*>(handle->data); });
+  socket_ = nullptr;
+}
+
+void Connection::close() {
+  if (state_ == State::closed) return;
+  if (socket_ != nullptr && state_ != State::connecting && !out_.empty()) {
+    // Best effort: a release queued in this iteration should still reach the master.
+    uv_buf_t buf = uv_buf_init(out_.data(), static_cast<unsigned>(out_.size()));
+    uv_try_write(reinterpret_cast<uv_stream_t*>(&socket_->tcp), &buf, 1);
+  }
+  if (reconnect_timer_ != 0) loop_.cancel(std::exchange(reconnect_timer_, 0));
+  close_socket();
+  state_ = State::closed;
+  last_error_ = "client closed";
+  fail_pending(last_error_);
+}
+
+}  // namespace redlock::detail

@@ -1,0 +1,91 @@
+// detail/event_loop.h — the one libuv loop that owns every socket and timer of a Client.
+//
+// Either runs its own loop on its own thread, or attaches to a loop the caller runs.
+// Other threads hand work to it with post(): the task goes on a queue under a mutex and
+// uv_async_send wakes the loop, which drains the whole queue per wake-up (sends coalesce).
+// Everything else here is for the loop thread only.
+#pragma once
+
+#include <uv.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace redlock::detail {
+
+// Monotonic nanoseconds, the time base of every deadline on the loop (uv_hrtime).
+inline std::uint64_t now_ns() noexcept { return uv_hrtime(); }
+
+class EventLoop {
+ public:
+  using Task = std::function<void()>;
+  using TimerId = std::uint64_t;
+
+  // `external` null: create a loop and run it on a new thread. Otherwise attach to it.
+  explicit EventLoop(uv_loop_t* external);
+  // Own thread: waits for the thread (close() must have been posted) and closes the loop.
+  ~EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  [[nodiscard]] uv_loop_t* uv() const noexcept { return loop_; }
+  [[nodiscard]] bool owns_thread() const noexcept { return thread_.joinable(); }
+  [[nodiscard]] bool in_loop_thread() const noexcept;
+
+  // Any thread. Runs `task` on the loop thread, in posting order. Returns false (and drops
+  // the task) once close() has begun.
+  bool post(Task task);
+
+  // Loop thread only. Runs `task` once now_ns() >= deadline. Ids are never reused.
+  TimerId schedule_at(std::uint64_t deadline_ns, Task task);
+  void cancel(TimerId id) noexcept;
+
+  // Loop thread only. `hook` runs every iteration just before the loop waits for I/O; the
+  // connections use it to write everything queued in this iteration in one syscall.
+  void add_before_poll_hook(Task hook);
+
+  // Own thread: waits until the loop thread has finished (after close() ran on it).
+  void join();
+
+  // Loop thread only. Drops pending timers, runs tasks still queued (so that waiters get
+  // their answers), and closes the loop's own handles. Sockets are closed by their owners.
+  void close();
+
+ private:
+  static void on_async(uv_async_t* handle);
+  static void on_timer(uv_timer_t* handle);
+  static void on_prepare(uv_prepare_t* handle);
+  void drain_queue();
+  void run_timers();
+  void arm_timer();
+  void note_loop_thread() noexcept;
+
+  uv_loop_t* loop_ = nullptr;
+  bool own_loop_ = false;
+  uv_async_t* async_ = nullptr;  // heap; freed in its close callback
+  uv_timer_t* timer_ = nullptr;
+  uv_prepare_t* prepare_ = nullptr;
+  std::atomic<std::thread::id> loop_thread_{};
+
+  std::mutex queue_mutex_;
+  std::vector<Task> queue_;  // guarded by queue_mutex_
+  bool closing_ = false;     // guarded by queue_mutex_
+
+  // Loop thread only.
+  std::map<std::pair<std::uint64_t, TimerId>, Task> timers_;
+  std::unordered_map<TimerId, std::uint64_t> timer_deadlines_;
+  TimerId next_timer_id_ = 1;
+  std::uint64_t armed_for_ = 0;  // deadline the uv timer is set for; 0 = not armed
+  std::vector<Task> before_poll_;
+
+  std::thread thread_;  // last: started after everything above is ready
+};
+
+}  // namespace redlock::detail

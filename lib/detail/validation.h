@@ -1,0 +1,24 @@
+// detail/validation.h — checks of configuration and per-call arguments.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redlock/options.h"
+
+namespace redlock::detail {
+
+// Parses every master and checks every field; throws ConfigError naming the first bad
+// field and value. Returns the parsed masters in order.
+std::vector<Endpoint> validate(const ClientOptions& options);
+
+// Empty when `resource` is acceptable, else the reason (naming the value).
+std::optional<std::string> check_resource(std::string_view resource);
+
+// Empty when `ttl` is acceptable for these options (positive, above the drift allowance
+// plus min_validity), else the reason.
+std::optional<std::string> check_ttl(const ClientOptions& options, Milliseconds ttl);
+
+}  // namespace redlock::detail

@@ -1,0 +1,185 @@
+#include "detail/event_loop.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace redlock::detail {
+namespace {
+
+template <class Handle>
+void close_and_delete(Handle* handle) {
+  uv_close(reinterpret_cast<uv_handle_t*>(handle),
+           [](uv_handle_t* h) { delete reinterpret_cast<Handle*>(h); });
+}
+
+// A uv timer fires when the loop's cached millisecond time passes its timeout, which can
+// be up to a millisecond before our nanosecond deadline; treat that as due rather than
+// re-arming for a sub-millisecond remainder.
+constexpr std::uint64_t kTimerSlackNs = 1'000'000;
+
+}  // namespace
+
+EventLoop::EventLoop(uv_loop_t* external) {
+  if (external != nullptr) {
+    loop_ = external;
+  } else {
+    loop_ = new uv_loop_t;
+    if (const int rc = uv_loop_init(loop_); rc != 0) {
+      delete loop_;
+      throw std::runtime_error(std::string("uv_loop_init: ") + uv_strerror(rc));
+    }
+    own_loop_ = true;
+  }
+  async_ = new uv_async_t;
+  uv_async_init(loop_, async_, &EventLoop::on_async);
+  async_->data = this;
+  timer_ = new uv_timer_t;
+  uv_timer_init(loop_, timer_);
+  timer_->data = this;
+  prepare_ = new uv_prepare_t;
+  uv_prepare_init(loop_, prepare_);
+  prepare_->data = this;
+  uv_prepare_start(prepare_, &EventLoop::on_prepare);
+  // The prepare handle must not keep a caller's loop alive on its own.
+  uv_unref(reinterpret_cast<uv_handle_t*>(prepare_));
+  if (own_loop_) {
+    thread_ = std::thread([this] {
+      note_loop_thread();
+      uv_run(loop_, UV_RUN_DEFAULT);
+    });
+  }
+}
+
+void EventLoop::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+EventLoop::~EventLoop() {
+  join();
+  if (own_loop_) {
+    // Anything still open (there should be nothing) is closed here so the loop can close.
+    if (uv_loop_close(loop_) == UV_EBUSY) {
+      uv_walk(
+          loop_,
+          [](uv_handle_t* h, void*) {
+            if (!uv_is_closing(h)) uv_close(h, nullptr);
+          },
+          nullptr);
+      uv_run(loop_, UV_RUN_DEFAULT);
+      if (uv_loop_close(loop_) != 0) std::fputs("redlock: event loop not closed cleanly\n", stderr);
+    }
+    delete loop_;
+  }
+}
+
+bool EventLoop::in_loop_thread() const noexcept {
+  return loop_thread_.load(std::memory_order_acquire) == std::this_thread::get_id();
+}
+
+void EventLoop::note_loop_thread() noexcept {
+  loop_thread_.store(std::this_thread::get_id(), std::memory_order_release);
+}
+
+bool EventLoop::post(Task task) {
+  // uv_async_send under the mutex: close() sets closing_ under the same mutex before it
+  // closes the async handle, so a send can never race the close.
+  const std::lock_guard guard(queue_mutex_);
+  if (closing_) return false;
+  queue_.push_back(std::move(task));
+  uv_async_send(async_);
+  return true;
+}
+
+void EventLoop::on_async(uv_async_t* handle) {
+  auto* self = static_cast<EventLoop*>(handle->data);
+  self->note_loop_thread();
+  self->drain_queue();
+}
+
+void EventLoop::drain_queue() {
+  std::vector<Task> batch;
+  {
+    const std::lock_guard guard(queue_mutex_);
+    batch.swap(queue_);
+  }
+  for (auto& task : batch) task();
+}
+
+EventLoop::TimerId EventLoop::schedule_at(std::uint64_t deadline_ns, Task task) {
+  const TimerId id = next_timer_id_++;
+  timers_.emplace(std::make_pair(deadline_ns, id), std::move(task));
+  timer_deadlines_.emplace(id, deadline_ns);
+  if (armed_for_ == 0 || deadline_ns < armed_for_) arm_timer();
+  return id;
+}
+
+void EventLoop::cancel(TimerId id) noexcept {
+  const auto it = timer_deadlines_.find(id);
+  if (it == timer_deadlines_.end()) return;
+  timers_.erase(std::make_pair(it->second, id));
+  timer_deadlines_.erase(it);
+  // The uv timer may stay armed for the cancelled deadline; it then finds nothing due and
+  // re-arms for the next one. Cheaper than re-arming on every cancel.
+}
+
+void EventLoop::arm_timer() {
+  if (timer_ == nullptr) return;
+  if (timers_.empty()) {
+    uv_timer_stop(timer_);
+    armed_for_ = 0;
+    return;
+  }
+  const std::uint64_t next = timers_.begin()->first.first;
+  const std::uint64_t now = now_ns();
+  const std::uint64_t wait_ns = next > now ? next - now : 0;
+  const std::uint64_t wait_ms = (wait_ns + 999'999) / 1'000'000;
+  uv_timer_start(timer_, &EventLoop::on_timer, wait_ms, 0);
+  armed_for_ = next;
+}
+
+void EventLoop::on_timer(uv_timer_t* handle) {
+  auto* self = static_cast<EventLoop*>(handle->data);
+  self->note_loop_thread();
+  self->armed_for_ = 0;
+  self->run_timers();
+}
+
+void EventLoop::run_timers() {
+  // Each task may schedule or cancel timers, so take one at a time.
+  while (!timers_.empty()) {
+    auto it = timers_.begin();
+    if (it->first.first > now_ns() + kTimerSlackNs) break;
+    Task task = std::move(it->second);
+    timer_deadlines_.erase(it->first.second);
+    timers_.erase(it);
+    task();
+  }
+  arm_timer();
+}
+
+void EventLoop::add_before_poll_hook(Task hook) { before_poll_.push_back(std::move(hook)); }
+
+void EventLoop::on_prepare(uv_prepare_t* handle) {
+  auto* self = static_cast<EventLoop*>(handle->data);
+  self->note_loop_thread();
+  for (auto& hook : self->before_poll_) hook();
+}
+
+void EventLoop::close() {
+  {
+    const std::lock_guard guard(queue_mutex_);
+    closing_ = true;
+  }
+  drain_queue();
+  timers_.clear();
+  timer_deadlines_.clear();
+  before_poll_.clear();
+  if (async_ != nullptr) close_and_delete(std::exchange(async_, nullptr));
+  if (timer_ != nullptr) close_and_delete(std::exchange(timer_, nullptr));
+  if (prepare_ != nullptr) close_and_delete(std::exchange(prepare_, nullptr));
+}
+
+}  // namespace redlock::detail

@@ -1,0 +1,153 @@
+#include "redlock/mutex.h"
+
+#include "detail/validation.h"
+#include "redlock/errors.h"
+
+namespace redlock {
+namespace {
+
+// unlock() and destructors must not throw; a blocking call can (UsageError on the loop
+// thread), so failures become a Result instead.
+template <class F>
+Result no_throw(F&& operation) noexcept {
+  try {
+    return operation();
+  } catch (const std::exception& error) {
+    Result result;
+    result.outcome = Outcome::cancelled;
+    result.message = error.what();
+    return result;
+  } catch (...) {
+    Result result;
+    result.outcome = Outcome::cancelled;
+    result.message = "unknown exception";
+    return result;
+  }
+}
+
+}  // namespace
+
+Mutex::Mutex(Client& client, std::string resource, AcquireOptions options)
+    : client_(client), resource_(std::move(resource)), options_(options) {
+  if (auto why = detail::check_resource(resource_)) throw ConfigError("redlock::Mutex: " + *why);
+}
+
+Mutex::~Mutex() {
+  if (owns_lock()) unlock();
+}
+
+bool Mutex::attempt(AcquireOptions options) {
+  Result result = client_.acquire(resource_, options);
+  const std::lock_guard guard(state_mutex_);
+  if (result.ok()) held_ = result.lock;
+  last_result_ = std::move(result);
+  return held_.has_value();
+}
+
+void Mutex::lock() {
+  local_.lock();
+  AcquireOptions options = options_;
+  options.retry_count = -1;  // until acquired: std::mutex::lock() semantics
+  options.wait.reset();
+  bool acquired = false;
+  try {
+    acquired = attempt(options);
+  } catch (...) {
+    local_.unlock();
+    throw;
+  }
+  if (!acquired) {
+    local_.unlock();
+    throw LockError("redlock::Mutex::lock('" + resource_ + "'): " +
+                    std::string(to_string(last_result().outcome)) + ": " + last_result().message);
+  }
+}
+
+bool Mutex::try_lock() {
+  if (!local_.try_lock()) return false;
+  AcquireOptions options = options_;
+  options.retry_count = 0;
+  options.wait.reset();
+  if (attempt(options)) return true;
+  local_.unlock();
+  return false;
+}
+
+bool Mutex::try_lock_within(Milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + std::max(timeout, Milliseconds{0});
+  if (!local_.try_lock_until(deadline)) return false;
+  AcquireOptions options = options_;
+  options.retry_count = -1;
+  options.wait = std::max(Milliseconds{0}, std::chrono::duration_cast<Milliseconds>(
+                                               deadline - std::chrono::steady_clock::now()));
+  if (attempt(options)) return true;
+  local_.unlock();
+  return false;
+}
+
+void Mutex::unlock() noexcept {
+  std::optional<Lock> lock;
+  {
+    const std::lock_guard guard(state_mutex_);
+    lock.swap(held_);
+    if (!lock) {
+      last_result_ = Result{};
+      last_result_.outcome = Outcome::invalid_argument;
+      last_result_.message = "unlock() of a redlock::Mutex that is not held";
+      return;
+    }
+  }
+  Result result = no_throw([&] { return client_.release(*lock); });
+  {
+    const std::lock_guard guard(state_mutex_);
+    last_result_ = std::move(result);
+  }
+  local_.unlock();
+}
+
+bool Mutex::extend(std::optional<Milliseconds> ttl) {
+  const auto lock = held();
+  if (!lock) return false;
+  Result result = client_.extend(*lock, ttl);
+  const std::lock_guard guard(state_mutex_);
+  if (result.ok() && held_ && held_->token == lock->token) held_ = result.lock;
+  const bool ok = result.ok();
+  last_result_ = std::move(result);
+  return ok;
+}
+
+bool Mutex::owns_lock() const {
+  const std::lock_guard guard(state_mutex_);
+  return held_.has_value();
+}
+
+std::optional<Lock> Mutex::held() const {
+  const std::lock_guard guard(state_mutex_);
+  return held_;
+}
+
+std::chrono::microseconds Mutex::remaining() const {
+  const auto lock = held();
+  return lock ? client_.remaining(*lock) : std::chrono::microseconds{0};
+}
+
+Result Mutex::last_result() const {
+  const std::lock_guard guard(state_mutex_);
+  return last_result_;
+}
+
+LockGuard::LockGuard(Client& client, std::string_view resource, AcquireOptions options) : client_(client) {
+  result_ = client_.acquire(resource, options);
+  if (result_.ok()) lock_ = result_.lock;
+}
+
+LockGuard::~LockGuard() { release(); }
+
+const Result& LockGuard::release() noexcept {
+  if (!lock_) return result_;
+  result_ = no_throw([&] { return client_.release(*lock_); });
+  lock_.reset();
+  return result_;
+}
+
+}  // namespace redlock

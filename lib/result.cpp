@@ -1,0 +1,71 @@
+#include "redlock/result.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace redlock {
+
+std::string_view to_string(Outcome outcome) noexcept {
+  switch (outcome) {
+    case Outcome::acquired: return "acquired";
+    case Outcome::extended: return "extended";
+    case Outcome::released: return "released";
+    case Outcome::taken: return "taken";
+    case Outcome::lost: return "lost";
+    case Outcome::quorum_unreachable: return "quorum_unreachable";
+    case Outcome::validity_expired: return "validity_expired";
+    case Outcome::cancelled: return "cancelled";
+    case Outcome::invalid_argument: return "invalid_argument";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(MasterStatus status) noexcept {
+  switch (status) {
+    case MasterStatus::ok: return "ok";
+    case MasterStatus::held_by_other: return "held_by_other";
+    case MasterStatus::not_found: return "not_found";
+    case MasterStatus::server_error: return "server_error";
+    case MasterStatus::timeout: return "timeout";
+    case MasterStatus::not_connected: return "not_connected";
+    case MasterStatus::not_counted: return "not_counted";
+    case MasterStatus::pending: return "pending";
+  }
+  return "unknown";
+}
+
+std::size_t Result::count(MasterStatus status) const noexcept {
+  return static_cast<std::size_t>(std::count_if(
+      masters.begin(), masters.end(), [status](const MasterResult& m) { return m.status == status; }));
+}
+
+std::string format_result(const Result& result) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof(line), "outcome: %s after %d attempt%s", std::string(to_string(result.outcome)).c_str(),
+                result.attempts, result.attempts == 1 ? "" : "s");
+  out += line;
+  if (result.ok() && result.validity.count() > 0) {
+    std::snprintf(line, sizeof(line), ", validity %.3f ms", static_cast<double>(result.validity.count()) / 1000.0);
+    out += line;
+  }
+  if (!result.message.empty()) out += " (" + result.message + ")";
+  out += "\n";
+  std::size_t width = 8;
+  for (const auto& m : result.masters) width = std::max(width, m.endpoint.size());
+  std::snprintf(line, sizeof(line), "  %-*s  %-14s  %10s  %s\n", static_cast<int>(width), "master", "status",
+                "latency", "detail");
+  out += line;
+  for (const auto& m : result.masters) {
+    char latency[32] = "-";
+    if (m.status != MasterStatus::pending && m.latency.count() > 0) {
+      std::snprintf(latency, sizeof(latency), "%.3f ms", static_cast<double>(m.latency.count()) / 1000.0);
+    }
+    std::snprintf(line, sizeof(line), "  %-*s  %-14s  %10s  %s\n", static_cast<int>(width), m.endpoint.c_str(),
+                  std::string(to_string(m.status)).c_str(), latency, m.error.c_str());
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace redlock

@@ -1,0 +1,110 @@
+#include "detail/validation.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <unordered_set>
+
+#include "detail/quorum.h"
+#include "redlock/errors.h"
+
+namespace redlock::detail {
+namespace {
+
+std::string ms(Milliseconds value) { return std::to_string(value.count()) + " ms"; }
+
+std::string us_as_ms(std::chrono::microseconds value) {
+  char text[48];
+  std::snprintf(text, sizeof(text), "%.3f ms", static_cast<double>(value.count()) / 1000.0);
+  return text;
+}
+
+void require(bool condition, const std::string& message) {
+  if (!condition) throw ConfigError(message);
+}
+
+void not_negative(Milliseconds value, const char* field) {
+  require(value.count() >= 0, std::string("ClientOptions.") + field + " must not be negative (got " + ms(value) + ")");
+}
+
+void positive(Milliseconds value, const char* field) {
+  require(value.count() > 0, std::string("ClientOptions.") + field + " must be positive (got " + ms(value) + ")");
+}
+
+// A printable excerpt of a resource name for error messages.
+std::string excerpt(std::string_view text) {
+  std::string out;
+  for (const char c : text.substr(0, 32)) {
+    out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  }
+  if (text.size() > 32) out += "...";
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> check_ttl(const ClientOptions& options, Milliseconds ttl) {
+  if (ttl.count() <= 0) return "ttl must be positive (got " + ms(ttl) + ")";
+  const auto drift = drift_for(ttl, options.drift_factor, options.drift_constant);
+  const auto usable = std::chrono::duration_cast<std::chrono::microseconds>(ttl) - drift;
+  if (usable <= options.min_validity) {
+    return "ttl " + ms(ttl) + " is not larger than the drift allowance " + us_as_ms(drift) +
+           " (ttl * drift_factor + drift_constant) plus min_validity " + ms(options.min_validity);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> check_resource(std::string_view resource) {
+  if (resource.empty()) return std::string("resource name is empty");
+  if (resource.size() > kMaxResourceSize) {
+    return "resource name '" + excerpt(resource) + "' is " + std::to_string(resource.size()) +
+           " bytes, more than the maximum " + std::to_string(kMaxResourceSize);
+  }
+  return std::nullopt;
+}
+
+std::vector<Endpoint> validate(const ClientOptions& options) {
+  require(!options.masters.empty(), "ClientOptions.masters is empty: at least one master URI is required");
+  std::vector<Endpoint> endpoints;
+  std::unordered_set<std::string> seen;
+  for (const auto& uri : options.masters) {
+    Endpoint ep = Endpoint::parse(uri);
+    std::string host = ep.host;
+    std::transform(host.begin(), host.end(), host.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    const std::string identity = host + ":" + std::to_string(ep.port);
+    // Two URIs for one server (even with different dbs) would give it two votes.
+    require(seen.insert(identity).second, "ClientOptions.masters lists " + identity + " more than once");
+    endpoints.push_back(std::move(ep));
+  }
+  require(options.key_prefix.size() <= kMaxKeyPrefixSize,
+          "ClientOptions.key_prefix is " + std::to_string(options.key_prefix.size()) + " bytes, more than the maximum " +
+              std::to_string(kMaxKeyPrefixSize));
+  require(std::isfinite(options.drift_factor) && options.drift_factor >= 0.0 && options.drift_factor < 1.0,
+          "ClientOptions.drift_factor must be in [0, 1) (got " + std::to_string(options.drift_factor) + ")");
+  not_negative(options.drift_constant, "drift_constant");
+  not_negative(options.min_validity, "min_validity");
+  if (const auto why = check_ttl(options, options.ttl)) throw ConfigError("ClientOptions." + *why);
+  require(options.retry_count >= 0,
+          "ClientOptions.retry_count must not be negative (got " + std::to_string(options.retry_count) + ")");
+  not_negative(options.retry_delay, "retry_delay");
+  not_negative(options.retry_jitter, "retry_jitter");
+  positive(options.command_timeout, "command_timeout");
+  positive(options.connect_timeout, "connect_timeout");
+  positive(options.reconnect_min, "reconnect_min");
+  require(options.reconnect_max >= options.reconnect_min,
+          "ClientOptions.reconnect_max (" + ms(options.reconnect_max) + ") is below reconnect_min (" +
+              ms(options.reconnect_min) + ")");
+  not_negative(options.stall_timeout, "stall_timeout");
+  if (!options.source_address.empty()) {
+    unsigned char buffer[sizeof(in6_addr)];
+    const bool is_ip = inet_pton(AF_INET, options.source_address.c_str(), buffer) == 1 ||
+                       inet_pton(AF_INET6, options.source_address.c_str(), buffer) == 1;
+    require(is_ip, "ClientOptions.source_address '" + options.source_address + "' is not an IP address");
+  }
+  return endpoints;
+}
+
+}  // namespace redlock::detail
+

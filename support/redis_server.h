@@ -1,0 +1,130 @@
+// redlock::support — launch and control real redis-server processes.
+//
+// Test-and-tooling helper used by the unit tests, the demo, the benchmarks
+// and the chaos harness. Each RedisServer owns one redis-server child
+// process plus a private temporary directory (data dir and logfile), and
+// can freeze (SIGSTOP), thaw, kill, stop and restart it on the same port.
+// Not part of the redlock library proper; never link it into production code.
+//
+// Threading: one RedisServer (or RedisServerGroup) is used from one thread
+// at a time; distinct instances are independent. The child is started with
+// PR_SET_PDEATHSIG, which Linux ties to the *thread* that forked it: the
+// server is SIGKILLed when the thread that constructed or restart()ed it
+// exits, so do that from a thread that outlives the server (e.g. main).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace redlock::support {
+
+struct RedisServerOptions {
+  // Loopback address to listen on (and to connect to).
+  std::string bind = "127.0.0.1";
+  // 0 = pick a free port; the pick is retried if redis loses the race for it.
+  std::uint16_t port = 0;
+  // false: no RDB, no AOF. true: AOF with fsync on every write, so
+  // acknowledged writes survive kill() + restart().
+  bool persistence = false;
+  // When non-empty the server runs with --requirepass and command() AUTHs.
+  std::string password;
+  // Appended verbatim to the command line, e.g. {"--enable-debug-command", "yes"}.
+  std::vector<std::string> extra_args;
+  // Looked up in PATH unless it contains a '/'.
+  std::string executable = "redis-server";
+  // How long the constructor and restart() wait for the first PONG.
+  std::chrono::milliseconds start_timeout{5000};
+};
+
+// Owned, recursive copy of a hiredis reply (no hiredis types leak out).
+struct Reply {
+  enum class Type { string, status, error, integer, nil, array };
+  Type type = Type::nil;
+  std::string str;  // string, status and error replies
+  long long integer = 0;
+  std::vector<Reply> elements;  // array replies
+};
+
+class RedisServer {
+ public:
+  // Starts the server and waits for PING. Throws std::runtime_error (with
+  // the port and the tail of the server log) if it exits or does not answer
+  // within options.start_timeout.
+  explicit RedisServer(RedisServerOptions options = {});
+  // Kills the process (thawing it first), reaps it and deletes its temp dir.
+  ~RedisServer();
+
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+  RedisServer(RedisServer&&) = delete;
+  RedisServer& operator=(RedisServer&&) = delete;
+
+  std::uint16_t port() const noexcept { return port_; }
+  const std::string& host() const noexcept { return options_.bind; }
+  std::string uri() const;  // "redis://HOST:PORT" (IPv6 hosts bracketed)
+  const std::string& data_dir() const noexcept { return dir_; }
+
+  // pid() and running() reap the child if it died on its own, so they
+  // reflect crashes and external kills, not only calls made here.
+  pid_t pid() const;  // -1 when not running
+  bool running() const;
+
+  void freeze();  // SIGSTOP; std::logic_error if not running
+  void thaw();    // SIGCONT; no-op unless frozen
+  void kill();    // SIGKILL + reap; no-op if not running
+  void stop();    // SIGTERM, up to 5 s grace, then SIGKILL; no-op if not running
+  // Stops the server if it is running, then starts it again on the same port
+  // and data dir (so an AOF, if enabled, is reloaded) and waits for PING.
+  void restart();
+
+  // One synchronous command on a fresh connection (1 s connect and I/O
+  // timeout). Redis error replies are returned as Reply::Type::error; throws
+  // std::runtime_error if the server is not running, unreachable or times out.
+  Reply command(const std::vector<std::string>& argv) const;
+
+  // Last `lines` lines of the server's logfile (stdout/stderr included).
+  std::string log_tail(std::size_t lines = 20) const;
+
+ private:
+  enum class StartResult { ready, port_taken };
+
+  void start_on_fixed_or_free_port();
+  StartResult try_start();
+  void spawn();
+  bool reap(bool block) const;
+  void kill_and_reap() noexcept;
+  std::string describe() const;
+
+  RedisServerOptions options_;
+  std::string executable_path_;
+  std::string dir_;
+  std::string log_path_;
+  std::uint16_t port_ = 0;
+  // Mutable so the const observers can reap a child that died by itself.
+  mutable pid_t pid_ = -1;
+  mutable int last_wait_status_ = 0;
+  bool frozen_ = false;
+};
+
+// N independent servers with identical options (each on its own free port).
+class RedisServerGroup {
+ public:
+  // Throws std::invalid_argument if n > 1 and options.port is fixed.
+  explicit RedisServerGroup(std::size_t n, RedisServerOptions options = {});
+
+  std::size_t size() const noexcept { return servers_.size(); }
+  RedisServer& operator[](std::size_t i) { return *servers_.at(i); }
+  const RedisServer& operator[](std::size_t i) const { return *servers_.at(i); }
+  std::vector<std::string> uris() const;
+
+ private:
+  std::vector<std::unique_ptr<RedisServer>> servers_;
+};
+
+}  // namespace redlock::support
