@@ -228,21 +228,23 @@ Client::Impl::Impl(ClientOptions options) : options_(std::move(options)) {
   clock_ = options_.clock ? options_.clock : std::make_shared<SteadyClock>();
   loop_ = std::make_unique<EventLoop>(options_.loop);
 
-  std::string handshake = release_script_.load_command + extend_script_.load_command;
-  for (const auto& ep : endpoints_) {
-    detail::ConnectionOptions co;
-    co.endpoint = ep;
-    co.connect_timeout = options_.connect_timeout;
-    co.reconnect_min = options_.reconnect_min;
-    co.reconnect_max = options_.reconnect_max;
-    co.stall_timeout = options_.stall_timeout;
-    co.source_address = options_.source_address;
-    co.handshake_extra = handshake;
-    co.handshake_extra_count = 2;
-    connections_.push_back(std::make_unique<Connection>(*loop_, std::move(co)));
-  }
+  // Connections are created on the loop thread: they register with the loop, which is
+  // already running there.
   loop_->post([this] {
-    for (auto& connection : connections_) connection->start();
+    const std::string handshake = release_script_.load_command + extend_script_.load_command;
+    for (const auto& ep : endpoints_) {
+      detail::ConnectionOptions co;
+      co.endpoint = ep;
+      co.connect_timeout = options_.connect_timeout;
+      co.reconnect_min = options_.reconnect_min;
+      co.reconnect_max = options_.reconnect_max;
+      co.stall_timeout = options_.stall_timeout;
+      co.source_address = options_.source_address;
+      co.handshake_extra = handshake;
+      co.handshake_extra_count = 2;
+      connections_.push_back(std::make_unique<Connection>(*loop_, std::move(co)));
+      connections_.back()->start();
+    }
   });
 }
 

@@ -1,0 +1,171 @@
+// redlock::Client against N = 1, 3, 5 real redis-server masters: acquire, refuse, release,
+// extend. Mirrors include/redlock/client.h.
+#include "redlock/client.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace redlock::testing {
+namespace {
+
+class ClientTest : public ::testing::TestWithParam<std::size_t> {
+ protected:
+  ClientTest() : masters_(GetParam()) {}
+
+  RedisServerGroup masters_;
+};
+
+TEST_P(ClientTest, AcquireSetsTokenOnAQuorumWithPttlWithinTtl) {
+  auto options = options_for(masters_);
+  options.ttl = 8000ms;
+  Client client(options);
+  const Result result = client.acquire("orders");
+  ASSERT_EQ(result.outcome, Outcome::acquired) << format_result(result);
+  ASSERT_TRUE(result.lock.has_value());
+  const Lock& lock = *result.lock;
+  EXPECT_EQ(lock.key, "redlock:orders");
+  EXPECT_EQ(lock.token.size(), 32u);
+  EXPECT_EQ(result.masters.size(), GetParam());
+  EXPECT_GE(result.count(MasterStatus::ok), client.quorum());
+  EXPECT_GT(result.validity.count(), 0);
+  EXPECT_LE(result.validity, 8000ms - client.drift(8000ms));
+
+  EXPECT_GE(holding(masters_, lock.key, lock.token), client.quorum());
+  for (std::size_t i = 0; i < masters_.size(); ++i) {
+    if (get(masters_[i], lock.key) != lock.token) continue;
+    const long long pttl = masters_[i].command({"PTTL", lock.key}).integer;
+    EXPECT_GT(pttl, 0);
+    EXPECT_LE(pttl, 8000);
+  }
+}
+
+TEST_P(ClientTest, SecondClientIsRefusedWhileHeldAndGetsItAfterRelease) {
+  Client alice(options_for(masters_));
+  Client bob(options_for(masters_));
+  const Result held = alice.acquire("report");
+  ASSERT_TRUE(held) << format_result(held);
+
+  const Result refused = bob.acquire("report");
+  EXPECT_EQ(refused.outcome, Outcome::taken) << format_result(refused);
+  EXPECT_FALSE(refused.lock.has_value());
+  EXPECT_GE(refused.count(MasterStatus::held_by_other), masters_.size() - quorum_of_n(masters_.size()) + 1);
+
+  const Result released = alice.release(*held.lock);
+  EXPECT_EQ(released.outcome, Outcome::released) << format_result(released);
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, held.lock->key) == 0; }));
+
+  const Result granted = bob.acquire("report");
+  EXPECT_EQ(granted.outcome, Outcome::acquired) << format_result(granted);
+  EXPECT_NE(granted.lock->token, held.lock->token);
+}
+
+TEST_P(ClientTest, ReleaseRemovesTheKeyFromEveryMaster) {
+  Client client(options_for(masters_));
+  const Result held = client.acquire("cleanup");
+  ASSERT_TRUE(held);
+  ASSERT_TRUE(eventually([&] { return holding(masters_, held.lock->key, held.lock->token) == masters_.size(); }));
+  const Result released = client.release(*held.lock);
+  ASSERT_TRUE(released) << format_result(released);
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, held.lock->key) == 0; }));
+}
+
+TEST_P(ClientTest, ReleaseOfAnExpiredLockTakenByAnotherLeavesTheirKey) {
+  auto options = options_for(masters_);
+  options.ttl = 100ms;
+  Client first(options);
+  Client second(options_for(masters_));
+  const Result old = first.acquire("handover");
+  ASSERT_TRUE(old);
+  ASSERT_TRUE(eventually([&] { return with_key(masters_, old.lock->key) == 0; }));  // expired
+  const Result current = second.acquire("handover");
+  ASSERT_TRUE(current) << format_result(current);
+  ASSERT_TRUE(eventually([&] { return holding(masters_, current.lock->key, current.lock->token) == masters_.size(); }));
+
+  const Result stale_release = first.release(*old.lock);
+  // Our token is gone everywhere: "released", with every answer saying another owner.
+  EXPECT_EQ(stale_release.outcome, Outcome::released);
+  EXPECT_EQ(stale_release.count(MasterStatus::ok), 0u) << format_result(stale_release);
+  EXPECT_GE(stale_release.count(MasterStatus::held_by_other), quorum_of_n(masters_.size()));
+  EXPECT_EQ(holding(masters_, current.lock->key, current.lock->token), masters_.size());
+}
+
+TEST_P(ClientTest, ExtendRenewsTheLeaseOnAQuorum) {
+  auto options = options_for(masters_);
+  options.ttl = 2000ms;
+  Client client(options);
+  const Result held = client.acquire("long-job");
+  ASSERT_TRUE(held);
+  const Result extended = client.extend(*held.lock, 20000ms);
+  ASSERT_EQ(extended.outcome, Outcome::extended) << format_result(extended);
+  ASSERT_TRUE(extended.lock.has_value());
+  EXPECT_EQ(extended.lock->token, held.lock->token);
+  EXPECT_EQ(extended.lock->ttl, 20000ms);
+  EXPECT_GT(extended.lock->deadline, held.lock->deadline);
+  EXPECT_GT(extended.validity, 2000ms);
+  std::size_t renewed = 0;
+  for (std::size_t i = 0; i < masters_.size(); ++i) {
+    if (masters_[i].command({"PTTL", held.lock->key}).integer > 2000) ++renewed;
+  }
+  EXPECT_GE(renewed, client.quorum());
+}
+
+TEST_P(ClientTest, ExtendNeverRecreatesAMissingKey) {
+  Client client(options_for(masters_));
+  const Result held = client.acquire("vanishing");
+  ASSERT_TRUE(held);
+  ASSERT_TRUE(eventually([&] { return with_key(masters_, held.lock->key) == masters_.size(); }));
+  for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", held.lock->key});
+
+  const Result extended = client.extend(*held.lock);
+  EXPECT_EQ(extended.outcome, Outcome::lost) << format_result(extended);
+  EXPECT_FALSE(extended.lock.has_value());
+  EXPECT_EQ(with_key(masters_, held.lock->key), 0u);
+}
+
+TEST_P(ClientTest, ExtendOfALockWhoseDeadlinePassedIsRefusedWithoutSendingAnything) {
+  Client client(options_for(masters_));
+  const Result held = client.acquire("late");
+  ASSERT_TRUE(held);
+  Lock stale = *held.lock;
+  stale.deadline = client.now() - 1ms;
+  const Result extended = client.extend(stale);
+  EXPECT_EQ(extended.outcome, Outcome::validity_expired);
+  EXPECT_TRUE(extended.masters.empty());
+  // The key was not touched: it still has the original ttl or less.
+  for (std::size_t i = 0; i < masters_.size(); ++i) {
+    EXPECT_LE(masters_[i].command({"PTTL", held.lock->key}).integer, client.options().ttl.count());
+  }
+}
+
+TEST_P(ClientTest, KeyPrefixAndTtlOverrideAreUsed) {
+  auto options = options_for(masters_);
+  options.key_prefix = "app:locks:";
+  Client client(options);
+  AcquireOptions longer;
+  longer.ttl = 60000ms;
+  const Result held = client.acquire("x", longer);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(held.lock->key, "app:locks:x");
+  EXPECT_EQ(held.lock->ttl, 60000ms);
+  EXPECT_GT(held.validity, 50000ms);
+  EXPECT_GE(holding(masters_, "app:locks:x", held.lock->token), client.quorum());
+}
+
+TEST_P(ClientTest, BinaryResourceNamesAreKeptIntact) {
+  Client client(options_for(masters_));
+  const std::string resource("a\0b\r\nc", 6);
+  const Result held = client.acquire(resource);
+  ASSERT_TRUE(held) << format_result(held);
+  EXPECT_EQ(held.lock->key, "redlock:" + resource);
+  EXPECT_GE(holding(masters_, "redlock:" + resource, held.lock->token), client.quorum());
+  EXPECT_TRUE(client.release(*held.lock));
+}
+
+INSTANTIATE_TEST_SUITE_P(Masters, ClientTest, ::testing::Values(1u, 3u, 5u),
+                         [](const ::testing::TestParamInfo<std::size_t>& param_info) {
+                           return "N" + std::to_string(param_info.param);
+                         });
+
+}  // namespace
+}  // namespace redlock::testing

@@ -1,0 +1,72 @@
+// Shared helpers for tests that run against real redis-server processes.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "redlock/redlock.h"
+#include "support/redis_server.h"
+
+namespace redlock::testing {
+
+using namespace std::chrono_literals;
+using support::RedisServer;
+using support::RedisServerGroup;
+using support::Reply;
+
+// Options for a test client: no retries unless a test asks, and deadlines generous enough
+// for a loaded machine running a sanitizer build.
+inline ClientOptions options_for(const std::vector<std::string>& masters) {
+  ClientOptions options;
+  options.masters = masters;
+  options.retry_count = 0;
+  options.retry_delay = 5ms;
+  options.retry_jitter = 3ms;
+  options.command_timeout = 500ms;
+  options.reconnect_min = 20ms;
+  options.reconnect_max = 200ms;
+  return options;
+}
+
+inline std::size_t quorum_of_n(std::size_t n) { return n / 2 + 1; }
+
+inline ClientOptions options_for(const RedisServerGroup& group) { return options_for(group.uris()); }
+
+inline std::optional<std::string> get(const RedisServer& server, const std::string& key) {
+  const Reply reply = server.command({"GET", key});
+  if (reply.type == Reply::Type::nil) return std::nullopt;
+  return reply.str;
+}
+
+// How many masters hold `key` with exactly `value`.
+inline std::size_t holding(const RedisServerGroup& group, const std::string& key, const std::string& value) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    if (group[i].running() && get(group[i], key) == value) ++count;
+  }
+  return count;
+}
+
+inline std::size_t with_key(const RedisServerGroup& group, const std::string& key) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    if (group[i].running() && group[i].command({"EXISTS", key}).integer == 1) ++count;
+  }
+  return count;
+}
+
+// Polls `condition` until it holds or `limit` passes. For effects that follow a decided
+// round (stragglers' replies, background releases), not for measuring time.
+template <class Condition>
+bool eventually(Condition condition, std::chrono::milliseconds limit = 5s) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= give_up) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+}  // namespace redlock::testing
