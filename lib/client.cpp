@@ -306,13 +306,6 @@ void Client::Impl::begin(const std::shared_ptr<Operation>& op) {
     call_back(op->done, std::move(invalid));
     return;
   }
-  if (op->kind == RoundKind::extend && clock_->now() >= op->lock.deadline) {
-    Result expired;
-    expired.outcome = Outcome::validity_expired;
-    expired.message = "the lock's deadline has passed; an expired lock is never extended";
-    call_back(op->done, std::move(expired));
-    return;
-  }
   operations_.emplace(op->id, op);
   send_round(op);
 }
@@ -338,6 +331,14 @@ void Client::Impl::send_round(const std::shared_ptr<Operation>& op) {
   // t0 is taken before the first send: elapsed time is never under-counted.
   round->started_ = clock_->now();
   round->start_ns_ = now_ns();
+  if (op->kind == RoundKind::extend && round->started_ >= op->lock.deadline) {
+    Result expired;
+    expired.outcome = Outcome::validity_expired;
+    expired.attempts = op->attempts;
+    expired.message = "the lock's deadline has passed; an expired lock is never extended";
+    finish(op, std::move(expired));
+    return;
+  }
   for (std::uint32_t i = 0; i < size_; ++i) {
     if (!connections_[i]->send(command, round, i)) {
       round->record(i, MasterStatus::not_connected, connections_[i]->last_error());

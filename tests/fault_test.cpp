@@ -1,0 +1,142 @@
+// Quorum behaviour under faults on real masters: killed (SIGKILL) and frozen (SIGSTOP)
+// minorities and majorities, and keys pre-seeded by another owner.
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace redlock::testing {
+namespace {
+
+class FaultTest : public ::testing::Test {
+ protected:
+  FaultTest() : masters_(5) {}
+  ~FaultTest() override {
+    for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].thaw();
+  }
+  RedisServerGroup masters_;
+};
+
+TEST_F(FaultTest, AMinorityKilledStillGrants) {
+  Client client(options_for(masters_));
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  masters_[1].kill();
+  masters_[3].kill();
+  const Result result = client.acquire("job");
+  ASSERT_EQ(result.outcome, Outcome::acquired) << format_result(result);
+  for (const std::size_t dead : {1u, 3u}) {
+    const auto status = result.masters[dead].status;
+    EXPECT_TRUE(status == MasterStatus::not_connected || status == MasterStatus::pending) << format_result(result);
+  }
+  EXPECT_EQ(result.count(MasterStatus::ok), 3u);
+}
+
+TEST_F(FaultTest, AMinorityFrozenDoesNotDelayTheDecision) {
+  auto options = options_for(masters_);
+  options.command_timeout = 2000ms;  // far longer than three healthy replies take
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  masters_[0].freeze();
+  masters_[4].freeze();
+  const Result result = client.acquire("job");
+  ASSERT_EQ(result.outcome, Outcome::acquired) << format_result(result);
+  // Decided on the three healthy votes, while the frozen masters were still in flight:
+  // the decision did not wait for them.
+  EXPECT_EQ(result.masters[0].status, MasterStatus::pending) << format_result(result);
+  EXPECT_EQ(result.masters[4].status, MasterStatus::pending) << format_result(result);
+  EXPECT_EQ(result.count(MasterStatus::ok), 3u);
+}
+
+TEST_F(FaultTest, AMajorityKilledFailsAsUnreachableAndLeavesNoKey) {
+  Client client(options_for(masters_));
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  for (const std::size_t i : {0u, 2u, 4u}) masters_[i].kill();
+  const Result result = client.acquire("job");
+  EXPECT_EQ(result.outcome, Outcome::quorum_unreachable) << format_result(result);
+  EXPECT_FALSE(result.lock.has_value());
+  // Whatever the two live masters granted is released in the background.
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:job") == 0; }));
+  for (const std::size_t i : {0u, 2u, 4u}) masters_[i].restart();
+  EXPECT_EQ(with_key(masters_, "redlock:job"), 0u);
+}
+
+TEST_F(FaultTest, AMajorityFrozenTimesOutAndLateGrantsAreReleased) {
+  auto options = options_for(masters_);
+  options.command_timeout = 100ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  for (const std::size_t i : {1u, 2u, 3u}) masters_[i].freeze();
+  const Result result = client.acquire("job");
+  EXPECT_EQ(result.outcome, Outcome::quorum_unreachable) << format_result(result);
+  for (const std::size_t i : {1u, 2u, 3u}) EXPECT_EQ(result.masters[i].status, MasterStatus::timeout);
+  // The frozen masters run the SET when thawed, and then the release queued behind it.
+  for (const std::size_t i : {1u, 2u, 3u}) masters_[i].thaw();
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:job") == 0; })) << "a late grant outlived the attempt";
+}
+
+TEST_F(FaultTest, ADownMasterIsReconnectedWhenItComesBack) {
+  Client client(options_for(masters_));
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  masters_[2].kill();
+  const Result without = client.acquire("a");
+  ASSERT_TRUE(without) << format_result(without);
+  masters_[2].restart();
+  ASSERT_TRUE(client.wait_connected(5, 10s));
+  const Result with = client.acquire("b");
+  ASSERT_TRUE(with) << format_result(with);
+  EXPECT_TRUE(eventually([&] { return get(masters_[2], "redlock:b") == with.lock->token; }));
+}
+
+TEST_F(FaultTest, AnotherOwnerOnAMinorityStillGrants) {
+  for (const std::size_t i : {0u, 1u}) masters_[i].command({"SET", "redlock:job", "someone-else", "PX", "60000"});
+  Client client(options_for(masters_));
+  const Result result = client.acquire("job");
+  ASSERT_EQ(result.outcome, Outcome::acquired) << format_result(result);
+  EXPECT_NE(result.masters[0].status, MasterStatus::ok);
+  EXPECT_NE(result.masters[1].status, MasterStatus::ok);
+  EXPECT_EQ(holding(masters_, "redlock:job", "someone-else"), 2u);
+}
+
+TEST_F(FaultTest, AnotherOwnerOnAMajorityIsTakenAndOurPartialKeysAreRemoved) {
+  for (const std::size_t i : {0u, 2u, 4u}) masters_[i].command({"SET", "redlock:job", "someone-else", "PX", "60000"});
+  Client client(options_for(masters_));
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  const Result result = client.acquire("job");
+  EXPECT_EQ(result.outcome, Outcome::taken) << format_result(result);
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:job") == 3u; }))
+      << "this client's keys on masters 1 and 3 were not released";
+  EXPECT_EQ(holding(masters_, "redlock:job", "someone-else"), 3u);
+}
+
+TEST_F(FaultTest, RetriesUntilTheHolderReleases) {
+  auto options = options_for(masters_);
+  options.ttl = 300ms;  // the holder never releases; its lease runs out
+  Client holder(options);
+  const Result held = holder.acquire("job");
+  ASSERT_TRUE(held);
+  auto waiting = options_for(masters_);
+  waiting.retry_count = 200;
+  waiting.retry_delay = 20ms;
+  waiting.retry_jitter = 10ms;
+  Client waiter(waiting);
+  const Result result = waiter.acquire("job");
+  ASSERT_EQ(result.outcome, Outcome::acquired) << format_result(result);
+  EXPECT_GT(result.attempts, 1);
+}
+
+TEST_F(FaultTest, GivesUpWhenTheWaitRunsOut) {
+  Client holder(options_for(masters_));
+  ASSERT_TRUE(holder.acquire("job"));
+  auto options = options_for(masters_);
+  options.retry_delay = 10ms;
+  Client waiter(options);
+  AcquireOptions bounded;
+  bounded.retry_count = -1;
+  bounded.wait = 150ms;
+  const Result result = waiter.acquire("job", bounded);
+  EXPECT_EQ(result.outcome, Outcome::taken) << format_result(result);
+  EXPECT_GT(result.attempts, 1);
+  EXPECT_EQ(result.masters.size(), 5u);
+}
+
+}  // namespace
+}  // namespace redlock::testing

@@ -1,0 +1,106 @@
+// Validity arithmetic with an injected clock: validity = ttl - elapsed - drift, exactly,
+// and a grant whose validity would not be positive is refused and released.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "test_util.h"
+
+namespace redlock::testing {
+namespace {
+
+// The first reading is the start of the round; every later reading is `elapsed` after it.
+class ScriptedClock final : public Clock {
+ public:
+  explicit ScriptedClock(std::chrono::microseconds elapsed) : elapsed_(elapsed) {}
+  time_point now() const override {
+    return reads_.fetch_add(1) == 0 ? start_ : start_ + elapsed_;
+  }
+  time_point start() const { return start_; }
+  int reads() const { return reads_.load(); }
+
+ private:
+  const time_point start_ = std::chrono::steady_clock::now() + std::chrono::hours(24);
+  const std::chrono::microseconds elapsed_;
+  mutable std::atomic<int> reads_{0};
+};
+
+class ValidityTest : public ::testing::Test {
+ protected:
+  ValidityTest() : masters_(3) {}
+  RedisServerGroup masters_;
+};
+
+TEST_F(ValidityTest, GrantedValidityIsTtlMinusElapsedMinusDrift) {
+  auto clock = std::make_shared<ScriptedClock>(300ms);
+  auto options = options_for(masters_);
+  options.ttl = 1000ms;
+  options.drift_factor = 0.01;  // drift = 1000 ms * 0.01 + 2 ms = 12 ms
+  options.drift_constant = 2ms;
+  options.clock = clock;
+  Client client(options);
+  const Result result = client.acquire("exact");
+  ASSERT_EQ(result.outcome, Outcome::acquired) << format_result(result);
+  EXPECT_EQ(result.validity, std::chrono::microseconds(1000'000 - 300'000 - 12'000));
+  EXPECT_EQ(result.lock->started, clock->start());
+  EXPECT_EQ(result.lock->deadline, clock->start() + 1000ms - 12ms);
+}
+
+TEST_F(ValidityTest, FractionalDriftIsRoundedUpNeverDown) {
+  auto clock = std::make_shared<ScriptedClock>(100ms);
+  auto options = options_for(masters_);
+  options.ttl = 1234ms;  // drift = 12.34 ms + 2 ms
+  options.clock = clock;
+  Client client(options);
+  const Result result = client.acquire("fraction");
+  ASSERT_TRUE(result) << format_result(result);
+  EXPECT_EQ(client.drift(1234ms), std::chrono::microseconds(14'340));
+  EXPECT_EQ(result.validity, std::chrono::microseconds(1'234'000 - 100'000 - 14'340));
+}
+
+TEST_F(ValidityTest, AGrantWithNoValidityLeftIsRefusedAndReleased) {
+  auto clock = std::make_shared<ScriptedClock>(990ms);  // 1000 - 990 - 12 = -2 ms
+  auto options = options_for(masters_);
+  options.ttl = 1000ms;
+  options.clock = clock;
+  Client client(options);
+  const Result result = client.acquire("too-slow");
+  EXPECT_EQ(result.outcome, Outcome::validity_expired) << format_result(result);
+  EXPECT_FALSE(result.lock.has_value());
+  EXPECT_NE(result.message.find("validity"), std::string::npos);
+  // The quorum did grant in Redis; the refused grant must be released, not left to expire.
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:too-slow") == 0; }, 900ms));
+}
+
+TEST_F(ValidityTest, ValidityExactlyAtTheMinimumIsRefused) {
+  auto clock = std::make_shared<ScriptedClock>(488ms);  // 1000 - 488 - 12 = 500 ms
+  auto options = options_for(masters_);
+  options.ttl = 1000ms;
+  options.min_validity = 500ms;
+  options.clock = clock;
+  Client client(options);
+  const Result result = client.acquire("edge");
+  EXPECT_EQ(result.outcome, Outcome::validity_expired) << format_result(result);
+}
+
+TEST_F(ValidityTest, ExtendRecomputesValidityFromItsOwnStart) {
+  auto options = options_for(masters_);
+  options.ttl = 1000ms;
+  Client plain(options);
+  const Result held = plain.acquire("renew");
+  ASSERT_TRUE(held);
+
+  // A second client on a scripted clock extends the same lock: the extend's own start is
+  // the clock's first reading, its decision 200 ms later.
+  auto clock = std::make_shared<ScriptedClock>(200ms);
+  options.clock = clock;
+  Client scripted(options);
+  Lock lock = *held.lock;
+  lock.deadline = clock->start() + 1h;  // not expired on this clock
+  const Result extended = scripted.extend(lock, 5000ms);
+  ASSERT_EQ(extended.outcome, Outcome::extended) << format_result(extended);
+  EXPECT_EQ(extended.validity, std::chrono::microseconds(5'000'000 - 200'000 - 52'000));
+}
+
+}  // namespace
+}  // namespace redlock::testing
