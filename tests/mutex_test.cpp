@@ -1,0 +1,165 @@
+// redlock::Mutex and redlock::LockGuard: the standard TimedLockable interface on a
+// distributed lock, against real masters. Mirrors include/redlock/mutex.h.
+#include "redlock/mutex.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "test_util.h"
+
+namespace redlock::testing {
+namespace {
+
+class MutexTest : public ::testing::Test {
+ protected:
+  MutexTest() : masters_(3), client_(options_for(masters_)), other_(options_for(masters_)) {}
+  RedisServerGroup masters_;
+  Client client_;
+  Client other_;
+};
+
+TEST_F(MutexTest, WorksWithUniqueLock) {
+  Mutex mutex(client_, "shared-report");
+  {
+    std::unique_lock<Mutex> guard(mutex);
+    ASSERT_TRUE(guard.owns_lock());
+    ASSERT_TRUE(mutex.owns_lock());
+    const auto held = mutex.held();
+    ASSERT_TRUE(held.has_value());
+    EXPECT_GE(holding(masters_, "redlock:shared-report", held->token), client_.quorum());
+    EXPECT_GT(mutex.remaining().count(), 0);
+  }
+  EXPECT_FALSE(mutex.owns_lock());
+  EXPECT_EQ(mutex.last_result().outcome, Outcome::released);
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:shared-report") == 0; }));
+}
+
+TEST_F(MutexTest, WorksWithScopedLockOverTwoResources) {
+  Mutex a(client_, "account:1");
+  Mutex b(client_, "account:2");
+  {
+    std::scoped_lock both(a, b);
+    EXPECT_TRUE(a.owns_lock());
+    EXPECT_TRUE(b.owns_lock());
+  }
+  EXPECT_FALSE(a.owns_lock());
+  EXPECT_FALSE(b.owns_lock());
+}
+
+TEST_F(MutexTest, TryLockFailsWhileAnotherClientHoldsIt) {
+  const Result held = other_.acquire("busy");
+  ASSERT_TRUE(held);
+  Mutex mutex(client_, "busy");
+  EXPECT_FALSE(mutex.try_lock());
+  EXPECT_EQ(mutex.last_result().outcome, Outcome::taken);
+  EXPECT_FALSE(mutex.try_lock_for(std::chrono::milliseconds(60)));
+  EXPECT_FALSE(mutex.try_lock_until(std::chrono::system_clock::now() + std::chrono::milliseconds(30)));
+  EXPECT_FALSE(mutex.owns_lock());
+  ASSERT_TRUE(other_.release(*held.lock));
+  EXPECT_TRUE(mutex.try_lock_for(std::chrono::seconds(5)));
+  mutex.unlock();
+}
+
+TEST_F(MutexTest, TryLockForWaitsForTheHolderToLetGo) {
+  auto options = options_for(masters_);
+  options.ttl = 200ms;  // the holder never releases: its lease runs out
+  Client holder(options);
+  ASSERT_TRUE(holder.acquire("handover"));
+  Mutex mutex(client_, "handover");
+  std::unique_lock<Mutex> guard(mutex, std::defer_lock);
+  EXPECT_TRUE(guard.try_lock_for(std::chrono::seconds(10)));
+}
+
+TEST_F(MutexTest, UnlockWhenNotHeldNeitherThrowsNorTouchesRedis) {
+  Mutex mutex(client_, "idle");
+  mutex.unlock();
+  EXPECT_EQ(mutex.last_result().outcome, Outcome::invalid_argument);
+  static_assert(noexcept(mutex.unlock()));
+}
+
+TEST_F(MutexTest, DestructorReleasesAHeldLock) {
+  std::string token;
+  {
+    Mutex mutex(client_, "forgotten");
+    mutex.lock();
+    token = mutex.held()->token;
+  }
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:forgotten") == 0; }));
+}
+
+TEST_F(MutexTest, ExtendKeepsTheLeaseAndALostLockStaysLost) {
+  AcquireOptions shortlived;
+  shortlived.ttl = 1000ms;
+  Mutex mutex(client_, "extend-me", shortlived);
+  mutex.lock();
+  EXPECT_TRUE(mutex.extend(30000ms));
+  EXPECT_GT(mutex.remaining(), 20000ms);
+  for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", "redlock:extend-me"});
+  EXPECT_FALSE(mutex.extend());
+  EXPECT_EQ(mutex.last_result().outcome, Outcome::lost);
+  EXPECT_EQ(with_key(masters_, "redlock:extend-me"), 0u);
+  mutex.unlock();
+}
+
+TEST_F(MutexTest, ThreadsSharingOneMutexAreSerialised) {
+  Mutex mutex(client_, "shared");
+  std::atomic<int> inside{0};
+  std::atomic<int> overlaps{0};
+  int counter = 0;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 25; ++i) {
+        const std::lock_guard<Mutex> guard(mutex);
+        if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+        ++counter;
+        inside.fetch_sub(1);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(counter, 100);
+}
+
+TEST_F(MutexTest, LockThrowsLockErrorWhenItCanNeverSucceed) {
+  // A ttl that leaves no validity after the drift allowance is rejected every time.
+  AcquireOptions impossible;
+  impossible.ttl = 1ms;
+  Mutex mutex(client_, "never", impossible);
+  EXPECT_THROW(mutex.lock(), LockError);
+  EXPECT_EQ(mutex.last_result().outcome, Outcome::invalid_argument);
+  EXPECT_FALSE(mutex.owns_lock());
+  // The local gate was released: a later try does not deadlock.
+  EXPECT_FALSE(mutex.try_lock());
+}
+
+TEST_F(MutexTest, LockGuardReleasesAtScopeExit) {
+  std::string key;
+  {
+    LockGuard guard(client_, "guarded");
+    ASSERT_TRUE(guard.owns_lock()) << format_result(guard.result());
+    key = guard.lock()->key;
+    EXPECT_GE(holding(masters_, key, guard.lock()->token), client_.quorum());
+    const LockGuard second(other_, "guarded");
+    EXPECT_FALSE(second.owns_lock());
+    EXPECT_EQ(second.result().outcome, Outcome::taken);
+  }
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, key) == 0; }));
+}
+
+TEST_F(MutexTest, LockGuardEarlyReleaseReportsTheRelease) {
+  LockGuard guard(client_, "early");
+  ASSERT_TRUE(guard);
+  EXPECT_EQ(guard.release().outcome, Outcome::released);
+  EXPECT_FALSE(guard.owns_lock());
+  EXPECT_EQ(guard.release().outcome, Outcome::released);  // idempotent
+}
+
+}  // namespace
+}  // namespace redlock::testing
