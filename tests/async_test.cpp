@@ -1,0 +1,157 @@
+// The asynchronous API: callbacks on the loop thread, cancellation, shutdown with
+// operations in flight, and a Client attached to a uv loop the caller owns.
+#include <gtest/gtest.h>
+#include <uv.h>
+
+#include <future>
+#include <thread>
+
+#include "test_util.h"
+
+namespace redlock::testing {
+namespace {
+
+TEST(AsyncTest, CallbackRunsOnceOnTheLoopThread) {
+  RedisServerGroup masters(3);
+  Client client(options_for(masters));
+  std::promise<std::pair<Result, std::thread::id>> done;
+  client.acquire_async("async", [&](Result result) { done.set_value({std::move(result), std::this_thread::get_id()}); });
+  auto [result, thread] = done.get_future().get();
+  EXPECT_EQ(result.outcome, Outcome::acquired) << format_result(result);
+  EXPECT_NE(thread, std::this_thread::get_id());
+
+  std::promise<Result> released;
+  client.release_async(*result.lock, [&](Result r) { released.set_value(std::move(r)); });
+  EXPECT_EQ(released.get_future().get().outcome, Outcome::released);
+}
+
+TEST(AsyncTest, BlockingCallInsideACallbackIsAUsageErrorNotADeadlock) {
+  RedisServerGroup masters(1);
+  Client client(options_for(masters));
+  std::promise<std::string> error;
+  client.acquire_async("inner", [&](Result) {
+    try {
+      (void)client.acquire("nested");
+      error.set_value("no exception");
+    } catch (const UsageError& e) {
+      error.set_value(e.what());
+    }
+  });
+  EXPECT_NE(error.get_future().get().find("loop thread"), std::string::npos);
+}
+
+TEST(AsyncTest, ExceptionsFromCallbacksStayInTheLibrary) {
+  RedisServerGroup masters(1);
+  Client client(options_for(masters));
+  client.acquire_async("throws", [](Result) { throw std::runtime_error("user bug"); });
+  // The loop survives: a later operation completes.
+  EXPECT_TRUE(client.acquire("after"));
+}
+
+TEST(AsyncTest, CancelInFlightReportsCancelledAndReleasesLateGrants) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.command_timeout = 10s;  // the round stays undecided until cancelled
+  std::promise<Result> done;      // outlives the client, whose shutdown may complete it
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  masters[0].freeze();
+  masters[1].freeze();
+  const OperationId id = client.acquire_async("cancel-me", [&](Result r) { done.set_value(std::move(r)); });
+  ASSERT_TRUE(eventually([&] { return get(masters[2], "redlock:cancel-me").has_value(); }));  // master 2 granted
+  client.cancel(id);
+  const Result result = done.get_future().get();
+  EXPECT_EQ(result.outcome, Outcome::cancelled) << format_result(result);
+  EXPECT_FALSE(result.lock.has_value());
+  masters[0].thaw();
+  masters[1].thaw();
+  EXPECT_TRUE(eventually([&] { return with_key(masters, "redlock:cancel-me") == 0; }));
+}
+
+TEST(AsyncTest, CancelWhileWaitingToRetry) {
+  RedisServerGroup masters(3);
+  Client holder(options_for(masters));
+  ASSERT_TRUE(holder.acquire("busy"));
+  auto options = options_for(masters);
+  options.retry_count = 1000;
+  options.retry_delay = 50ms;
+  std::promise<Result> done;
+  Client client(options);
+  const OperationId id = client.acquire_async("busy", [&](Result r) { done.set_value(std::move(r)); });
+  std::this_thread::sleep_for(120ms);  // a few attempts in; not a timing assertion
+  client.cancel(id);
+  const Result result = done.get_future().get();
+  EXPECT_EQ(result.outcome, Outcome::cancelled);
+  EXPECT_GE(result.attempts, 1);
+}
+
+TEST(AsyncTest, DestroyingTheClientCancelsWhatIsInFlight) {
+  RedisServerGroup masters(3);
+  std::promise<Result> done;
+  {
+    auto options = options_for(masters);
+    options.command_timeout = 10s;
+    Client client(options);
+    ASSERT_TRUE(client.wait_connected(3, 5s));
+    masters[0].freeze();
+    masters[1].freeze();
+    client.acquire_async("shutdown", [&](Result r) { done.set_value(std::move(r)); });
+    ASSERT_TRUE(eventually([&] { return get(masters[2], "redlock:shutdown").has_value(); }));
+  }
+  masters[0].thaw();
+  masters[1].thaw();
+  auto future = done.get_future();
+  ASSERT_EQ(future.wait_for(0s), std::future_status::ready);
+  EXPECT_EQ(future.get().outcome, Outcome::cancelled);
+  // Best effort: the release written at shutdown reaches the master that granted.
+  EXPECT_TRUE(eventually([&] { return get(masters[2], "redlock:shutdown") == std::nullopt; }));
+}
+
+TEST(AsyncTest, AttachesToACallersLoopAndTheLoopClosesCleanly) {
+  RedisServerGroup masters(3);
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  {
+    auto options = options_for(masters);
+    options.loop = &loop;
+    Client client(options);
+    std::optional<Result> acquired;
+    std::optional<Result> released;
+    client.acquire_async("external", [&](Result r) {
+      acquired = std::move(r);
+      if (acquired->lock) client.release_async(*acquired->lock, [&](Result rel) { released = std::move(rel); });
+    });
+    while (!released) uv_run(&loop, UV_RUN_ONCE);
+    ASSERT_TRUE(acquired.has_value());
+    EXPECT_EQ(acquired->outcome, Outcome::acquired) << format_result(*acquired);
+    EXPECT_EQ(released->outcome, Outcome::released);
+  }
+  // Destroyed on this (the loop's) thread; running the loop frees the last handles.
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_EQ(uv_loop_close(&loop), 0);
+}
+
+TEST(AsyncTest, SyncCallsFromAnotherThreadWorkWithACallersLoop) {
+  RedisServerGroup masters(1);
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  {
+    auto options = options_for(masters);
+    options.loop = &loop;
+    Client client(options);
+    std::atomic<bool> finished{false};
+    Result result;
+    std::thread user([&] {
+      result = client.acquire("from-thread");
+      finished = true;
+    });
+    while (!finished) uv_run(&loop, UV_RUN_NOWAIT);
+    user.join();
+    EXPECT_TRUE(result) << format_result(result);
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_EQ(uv_loop_close(&loop), 0);
+}
+
+}  // namespace
+}  // namespace redlock::testing
