@@ -141,7 +141,12 @@ class Client::Impl::Round final : public detail::ReplySink, public std::enable_s
     if (decided_ || masters_[index].status != MasterStatus::pending) {
       // Late: the round was decided (or this master timed out) first. For a failed acquire
       // the release was sent to this master after the SET, on the same connection, so it
-      // runs after it: a late grant is already being undone.
+      // runs after it: a late grant is already being undone. A late NOSCRIPT on a release
+      // still needs its EVAL, or our key would stay on that master until it expires.
+      if (kind_ == RoundKind::release && reply != nullptr && reply->type == REDIS_REPLY_ERROR &&
+          starts_with(reply, "NOSCRIPT") && !eval_sent_[index]) {
+        resend_with_eval(index);
+      }
       return;
     }
     if (reply == nullptr) {
@@ -201,14 +206,16 @@ class Client::Impl::Round final : public detail::ReplySink, public std::enable_s
     const std::string command = kind_ == RoundKind::release
                                     ? detail::encode_script_call(script, true, op.key, {op.token})
                                     : detail::encode_script_call(script, true, op.key, {op.token, ttl});
-    if (!impl_.connections_[index]->send(command, shared_from_this(), index)) {
+    if (!impl_.connections_[index]->send(command, shared_from_this(), index) && !decided_) {
       record(index, MasterStatus::not_connected, impl_.connections_[index]->last_error());
       evaluate();
     }
   }
 
   Impl& impl_;
-  std::shared_ptr<Operation> op_;  // cleared once decided, which breaks the op <-> round cycle
+  // Kept after the decision (a late NOSCRIPT still needs the key and token); the
+  // op -> round link is cut when the operation finishes or retries, so no cycle outlives it.
+  std::shared_ptr<Operation> op_;
   const RoundKind kind_;
   Tally tally_;
   std::vector<MasterResult> masters_;
@@ -269,6 +276,7 @@ void Client::Impl::shutdown() {
   }
   for (auto& op : live) cancel(op->id);
   for (auto& connection : connections_) connection->close();
+  for (auto& [id, op] : operations_) op->round.reset();  // cut op <-> round cycles
   operations_.clear();
   loop_->close();
 }
@@ -354,7 +362,7 @@ void Client::Impl::send_round(const std::shared_ptr<Operation>& op) {
 void Client::Impl::decide(Round& round) {
   round.decided_ = true;
   if (round.deadline_timer_ != 0) loop_->cancel(std::exchange(round.deadline_timer_, 0));
-  const std::shared_ptr<Operation> op = std::move(round.op_);
+  const std::shared_ptr<Operation> op = round.op_;
   const Verdict verdict = round.tally_.verdict();
 
   Result result;
@@ -455,7 +463,6 @@ void Client::Impl::cancel(OperationId id) {
     Round& round = *op->round;
     round.decided_ = true;
     if (round.deadline_timer_ != 0) loop_->cancel(std::exchange(round.deadline_timer_, 0));
-    round.op_.reset();
     result.masters = std::move(round.masters_);
     release_in_background(op->key, op->token);
   }
