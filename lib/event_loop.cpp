@@ -1,5 +1,8 @@
 #include "detail/event_loop.h"
 
+#include <pthread.h>
+#include <csignal>
+
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -47,6 +50,12 @@ EventLoop::EventLoop(uv_loop_t* external) {
   uv_unref(reinterpret_cast<uv_handle_t*>(prepare_));
   if (own_loop_) {
     thread_ = std::thread([this] {
+      // A write to a master that has gone away raises SIGPIPE in the writing thread; with it
+      // blocked here the write fails with EPIPE and only that master's connection fails.
+      sigset_t pipe_only;
+      sigemptyset(&pipe_only);
+      sigaddset(&pipe_only, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe_only, nullptr);
       note_loop_thread();
       uv_run(loop_, UV_RUN_DEFAULT);
     });
