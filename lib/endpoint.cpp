@@ -14,9 +14,10 @@ std::string redact(std::string_view uri) {
   const auto authority_start = scheme_end == std::string_view::npos ? 0 : scheme_end + 3;
   const auto at = uri.rfind('@');
   if (at == std::string_view::npos || at < authority_start) return std::string(uri);
-  const auto colon = uri.find(':', authority_start);
-  if (colon == std::string_view::npos || colon > at) return std::string(uri);  // user only
-  return std::string(uri.substr(0, colon + 1)) + "***" + std::string(uri.substr(at));
+  // "user:password@" keeps the user; "password@" (no colon) is all password.
+  const auto colon = uri.substr(authority_start, at - authority_start).find(':');
+  const auto mask_from = colon == std::string_view::npos ? authority_start : authority_start + colon + 1;
+  return std::string(uri.substr(0, mask_from)) + "***" + std::string(uri.substr(at));
 }
 
 [[noreturn]] void bad(std::string_view uri, const std::string& why) {

@@ -61,9 +61,11 @@ std::string format_result(const Result& result) {
     if (m.status != MasterStatus::pending && m.latency.count() > 0) {
       std::snprintf(latency, sizeof(latency), "%.3f ms", static_cast<double>(m.latency.count()) / 1000.0);
     }
-    std::snprintf(line, sizeof(line), "  %-*s  %-14s  %10s  %s\n", static_cast<int>(width), m.endpoint.c_str(),
-                  std::string(to_string(m.status)).c_str(), latency, m.error.c_str());
+    std::snprintf(line, sizeof(line), "  %-*s  %-14s  %10s  ", static_cast<int>(width), m.endpoint.c_str(),
+                  std::string(to_string(m.status)).c_str(), latency);
     out += line;
+    out += m.error;  // any length: appended, not formatted into the fixed buffer
+    out += "\n";
   }
   return out;
 }

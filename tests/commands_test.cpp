@@ -1,0 +1,256 @@
+// Tests for the RESP encoding of the lock's commands (lib/detail/commands.h), the Lua
+// scripts (checked against a real redis-server), and owner tokens (lib/detail/token.h).
+#include "detail/commands.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+
+#include "detail/token.h"
+#include "support/redis_server.h"
+
+namespace {
+
+using redlock::detail::encode_command;
+using redlock::detail::encode_script_call;
+using redlock::detail::encode_set_nx_px;
+using redlock::detail::kExtendScript;
+using redlock::detail::kReleaseScript;
+using redlock::detail::make_token;
+using redlock::detail::Script;
+using redlock::detail::script_sha1;
+using redlock::support::RedisServer;
+using redlock::support::Reply;
+using ::testing::StartsWith;
+
+// "$<len>\r\n<bytes>\r\n"
+std::string bulk(std::string_view s) { return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n"; }
+
+struct ContextDeleter {
+  void operator()(redisContext* c) const noexcept { redisFree(c); }
+};
+struct ReplyDeleter {
+  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+};
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+// Sends already-encoded RESP bytes to `server` on a fresh connection and returns the reply.
+ReplyPtr send_raw(const RedisServer& server, const std::string& encoded) {
+  timeval tv{};
+  tv.tv_sec = 5;
+  std::unique_ptr<redisContext, ContextDeleter> ctx(redisConnectWithTimeout(server.host().c_str(), server.port(), tv));
+  if (!ctx || ctx->err != 0) throw std::runtime_error("cannot connect to redis-server");
+  if (redisSetTimeout(ctx.get(), tv) != REDIS_OK) throw std::runtime_error("redisSetTimeout failed");
+  if (redisAppendFormattedCommand(ctx.get(), encoded.data(), encoded.size()) != REDIS_OK) {
+    throw std::runtime_error("redisAppendFormattedCommand failed");
+  }
+  void* raw = nullptr;
+  if (redisGetReply(ctx.get(), &raw) != REDIS_OK || raw == nullptr) {
+    throw std::runtime_error(std::string("no reply: ") + ctx->errstr);
+  }
+  return ReplyPtr(static_cast<redisReply*>(raw));
+}
+
+// ---------------------------------------------------------------------------------------
+// SET key token NX PX ttl
+
+TEST(EncodeSetNxPx, ExactRespBytes) {
+  EXPECT_EQ(encode_set_nx_px("redlock:orders", "0123abcd", 10000),
+            "*6\r\n$3\r\nSET\r\n$14\r\nredlock:orders\r\n$8\r\n0123abcd\r\n$2\r\nNX\r\n$2\r\nPX\r\n$5\r\n10000\r\n");
+  EXPECT_EQ(encode_set_nx_px("k", "t", 1), "*6\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nt\r\n$2\r\nNX\r\n$2\r\nPX\r\n$1\r\n1\r\n");
+}
+
+TEST(EncodeSetNxPx, BinarySafeKey) {
+  const std::string key("a\0b\r\nc$*", 8);
+  const std::string token("tok\0en", 6);
+  const std::string expected =
+      "*6\r\n" + bulk("SET") + bulk(key) + bulk(token) + bulk("NX") + bulk("PX") + bulk("123456789012");
+  const std::string encoded = encode_set_nx_px(key, token, 123456789012LL);
+  EXPECT_EQ(encoded, expected);
+  EXPECT_THAT(encoded, ::testing::HasSubstr(std::string("$8\r\na\0b\r\nc$*\r\n", 14)));
+}
+
+TEST(EncodeSetNxPx, SubstringViewsAreNotReadPastTheirEnd) {
+  // string_views into a larger buffer: only the viewed bytes may be encoded.
+  const std::string buffer = "KEYxxxxTOKENyyyy";
+  const std::string_view key(buffer.data(), 3);
+  const std::string_view token(buffer.data() + 7, 5);
+  EXPECT_EQ(encode_set_nx_px(key, token, 42),
+            "*6\r\n" + bulk("SET") + bulk("KEY") + bulk("TOKEN") + bulk("NX") + bulk("PX") + bulk("42"));
+}
+
+TEST(EncodeSetNxPx, RealServerAcceptsBinaryKey) {
+  RedisServer server;
+  const std::string key("lock\0with\r\nbinary", 17);
+  const ReplyPtr first = send_raw(server, encode_set_nx_px(key, "owner-1", 60000));
+  ASSERT_EQ(first->type, REDIS_REPLY_STATUS);
+  EXPECT_EQ(std::string(first->str, first->len), "OK");
+  EXPECT_EQ(server.command({"GET", key}).str, "owner-1");
+  const long long pttl = server.command({"PTTL", key}).integer;
+  EXPECT_GT(pttl, 0);
+  EXPECT_LE(pttl, 60000);
+  // NX: a second SET does not overwrite.
+  const ReplyPtr second = send_raw(server, encode_set_nx_px(key, "owner-2", 60000));
+  EXPECT_EQ(second->type, REDIS_REPLY_NIL);
+  EXPECT_EQ(server.command({"GET", key}).str, "owner-1");
+  EXPECT_EQ(server.command({"DBSIZE"}).integer, 1);
+}
+
+TEST(EncodeCommand, Generic) {
+  EXPECT_EQ(encode_command({"PING"}), "*1\r\n$4\r\nPING\r\n");
+  EXPECT_EQ(encode_command({"GET", std::string_view("\0", 1)}), "*2\r\n$3\r\nGET\r\n$1\r\n" + std::string(1, '\0') + "\r\n");
+  EXPECT_EQ(encode_command({"SET", "", "v"}), "*3\r\n$3\r\nSET\r\n$0\r\n\r\n$1\r\nv\r\n");
+}
+
+// ---------------------------------------------------------------------------------------
+// Scripts
+
+TEST(ScriptSha1, KnownVector) {
+  // SHA1("abc") from FIPS 180.
+  EXPECT_EQ(script_sha1("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+  EXPECT_EQ(script_sha1(""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+}
+
+TEST(ScriptSha1, MatchesRedisScriptLoad) {
+  RedisServer server;
+  for (const std::string_view source : {kReleaseScript, kExtendScript}) {
+    SCOPED_TRACE(std::string(source));
+    const Reply loaded = server.command({"SCRIPT", "LOAD", std::string(source)});
+    ASSERT_EQ(loaded.type, Reply::Type::string) << loaded.str;
+    const std::string sha = script_sha1(source);
+    EXPECT_EQ(sha, loaded.str);
+    EXPECT_EQ(sha.size(), 40u);
+    EXPECT_TRUE(std::all_of(sha.begin(), sha.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }));
+  }
+  EXPECT_NE(script_sha1(kReleaseScript), script_sha1(kExtendScript));
+}
+
+TEST(Script, PreparedFields) {
+  const Script script(kReleaseScript);
+  EXPECT_EQ(script.source, kReleaseScript);
+  EXPECT_EQ(script.sha1, script_sha1(kReleaseScript));
+  EXPECT_EQ(script.load_command, "*3\r\n" + bulk("SCRIPT") + bulk("LOAD") + bulk(kReleaseScript));
+}
+
+TEST(EncodeScriptCall, Evalsha) {
+  const Script release(kReleaseScript);
+  EXPECT_EQ(encode_script_call(release, false, "redlock:r", {"tok"}),
+            "*5\r\n" + bulk("EVALSHA") + bulk(release.sha1) + bulk("1") + bulk("redlock:r") + bulk("tok"));
+  const Script extend(kExtendScript);
+  EXPECT_EQ(encode_script_call(extend, false, "redlock:r", {"tok", "5000"}),
+            "*6\r\n" + bulk("EVALSHA") + bulk(extend.sha1) + bulk("1") + bulk("redlock:r") + bulk("tok") +
+                bulk("5000"));
+}
+
+TEST(EncodeScriptCall, Eval) {
+  const Script release(kReleaseScript);
+  EXPECT_EQ(encode_script_call(release, true, "redlock:r", {"tok"}),
+            "*5\r\n" + bulk("EVAL") + bulk(kReleaseScript) + bulk("1") + bulk("redlock:r") + bulk("tok"));
+  const Script extend(kExtendScript);
+  const std::string key("k\0\r\n", 4);
+  EXPECT_EQ(encode_script_call(extend, true, key, {"tok", "5000"}),
+            "*6\r\n" + bulk("EVAL") + bulk(kExtendScript) + bulk("1") + bulk(key) + bulk("tok") + bulk("5000"));
+}
+
+TEST(EncodeScriptCall, TooManyArgumentsThrow) {
+  const Script release(kReleaseScript);
+  EXPECT_NO_THROW((void)encode_script_call(release, false, "k", {"a", "b", "c", "d"}));
+  EXPECT_THROW((void)encode_script_call(release, false, "k", {"a", "b", "c", "d", "e"}), std::invalid_argument);
+}
+
+// The scripts' documented behaviour, run by a real redis-server through the library's own
+// encoding: 1 done, 0 no key, -1 another owner; extend never creates a key.
+TEST(Scripts, ReleaseOnRealServer) {
+  RedisServer server;
+  const Script release(kReleaseScript);
+  for (const bool use_eval : {true, false}) {
+    SCOPED_TRACE(use_eval ? "EVAL" : "EVALSHA");
+    if (!use_eval) {
+      ASSERT_EQ(server.command({"SCRIPT", "LOAD", std::string(kReleaseScript)}).str, release.sha1);
+    }
+
+    ReplyPtr reply = send_raw(server, encode_script_call(release, use_eval, "k", {"mine"}));
+    ASSERT_EQ(reply->type, REDIS_REPLY_INTEGER) << (reply->str ? reply->str : "");
+    EXPECT_EQ(reply->integer, 0);  // no key
+
+    server.command({"SET", "k", "theirs"});
+    reply = send_raw(server, encode_script_call(release, use_eval, "k", {"mine"}));
+    EXPECT_EQ(reply->integer, -1);  // another owner: untouched
+    EXPECT_EQ(server.command({"GET", "k"}).str, "theirs");
+
+    server.command({"SET", "k", "mine"});
+    reply = send_raw(server, encode_script_call(release, use_eval, "k", {"mine"}));
+    EXPECT_EQ(reply->integer, 1);  // deleted
+    EXPECT_EQ(server.command({"EXISTS", "k"}).integer, 0);
+  }
+}
+
+TEST(Scripts, ExtendOnRealServer) {
+  RedisServer server;
+  const Script extend(kExtendScript);
+  for (const bool use_eval : {true, false}) {
+    SCOPED_TRACE(use_eval ? "EVAL" : "EVALSHA");
+    server.command({"DEL", "k"});
+    if (!use_eval) {
+      ASSERT_EQ(server.command({"SCRIPT", "LOAD", std::string(kExtendScript)}).str, extend.sha1);
+    }
+
+    ReplyPtr reply = send_raw(server, encode_script_call(extend, use_eval, "k", {"mine", "60000"}));
+    ASSERT_EQ(reply->type, REDIS_REPLY_INTEGER) << (reply->str ? reply->str : "");
+    EXPECT_EQ(reply->integer, 0);  // no key, and none created
+    EXPECT_EQ(server.command({"EXISTS", "k"}).integer, 0);
+
+    server.command({"SET", "k", "theirs", "PX", "1000000"});
+    reply = send_raw(server, encode_script_call(extend, use_eval, "k", {"mine", "60000"}));
+    EXPECT_EQ(reply->integer, -1);
+    EXPECT_GT(server.command({"PTTL", "k"}).integer, 60000);  // their expiry untouched
+
+    server.command({"SET", "k", "mine", "PX", "1000000"});
+    reply = send_raw(server, encode_script_call(extend, use_eval, "k", {"mine", "60000"}));
+    EXPECT_EQ(reply->integer, 1);
+    const long long pttl = server.command({"PTTL", "k"}).integer;
+    EXPECT_GT(pttl, 0);
+    EXPECT_LE(pttl, 60000);
+    EXPECT_EQ(server.command({"GET", "k"}).str, "mine");
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tokens
+
+TEST(MakeToken, ThirtyTwoLowercaseHexChars) {
+  for (int i = 0; i < 100; ++i) {
+    const std::string token = make_token();
+    ASSERT_EQ(token.size(), 32u);
+    ASSERT_EQ(token.size(), 2 * redlock::detail::kTokenBytes);
+    for (const char c : token) {
+      ASSERT_TRUE((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) << "token " << token;
+    }
+  }
+}
+
+TEST(MakeToken, TenThousandDistinct) {
+  std::unordered_set<std::string> seen;
+  for (int i = 0; i < 10'000; ++i) seen.insert(make_token());
+  EXPECT_EQ(seen.size(), 10'000u);
+}
+
+TEST(MakeToken, UsesEveryHexDigit) {
+  // 1,000 x 32 random digits: each of the 16 digits appears (a stuck nibble would not).
+  std::array<int, 16> counts{};
+  for (int i = 0; i < 1'000; ++i) {
+    for (const char c : make_token()) {
+      ++counts[static_cast<std::size_t>(c <= '9' ? c - '0' : c - 'a' + 10)];
+    }
+  }
+  for (std::size_t d = 0; d < counts.size(); ++d) EXPECT_GT(counts[d], 0) << "hex digit " << d;
+}
+
+}  // namespace
