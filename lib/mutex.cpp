@@ -44,8 +44,28 @@ bool Mutex::attempt(AcquireOptions options) {
   return held_.has_value();
 }
 
+bool Mutex::gate_lock_until(std::optional<std::chrono::steady_clock::time_point> deadline) {
+  std::unique_lock guard(gate_mutex_);
+  const auto free = [this] { return !gate_held_; };
+  if (!deadline) {
+    gate_released_.wait(guard, free);
+  } else if (!gate_released_.wait_until(guard, *deadline, free)) {
+    return false;
+  }
+  gate_held_ = true;
+  return true;
+}
+
+void Mutex::gate_unlock() {
+  {
+    const std::lock_guard guard(gate_mutex_);
+    gate_held_ = false;
+  }
+  gate_released_.notify_one();
+}
+
 void Mutex::lock() {
-  local_.lock();
+  gate_lock_until(std::nullopt);
   AcquireOptions options = options_;
   options.retry_count = -1;  // until acquired: std::mutex::lock() semantics
   options.wait.reset();
@@ -53,35 +73,35 @@ void Mutex::lock() {
   try {
     acquired = attempt(options);
   } catch (...) {
-    local_.unlock();
+    gate_unlock();
     throw;
   }
   if (!acquired) {
-    local_.unlock();
+    gate_unlock();
     throw LockError("redlock::Mutex::lock('" + resource_ + "'): " +
                     std::string(to_string(last_result().outcome)) + ": " + last_result().message);
   }
 }
 
 bool Mutex::try_lock() {
-  if (!local_.try_lock()) return false;
+  if (!gate_lock_until(std::chrono::steady_clock::now())) return false;
   AcquireOptions options = options_;
   options.retry_count = 0;
   options.wait.reset();
   if (attempt(options)) return true;
-  local_.unlock();
+  gate_unlock();
   return false;
 }
 
 bool Mutex::try_lock_within(Milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + std::max(timeout, Milliseconds{0});
-  if (!local_.try_lock_until(deadline)) return false;
+  if (!gate_lock_until(deadline)) return false;
   AcquireOptions options = options_;
   options.retry_count = -1;
   options.wait = std::max(Milliseconds{0}, std::chrono::duration_cast<Milliseconds>(
                                                deadline - std::chrono::steady_clock::now()));
   if (attempt(options)) return true;
-  local_.unlock();
+  gate_unlock();
   return false;
 }
 
@@ -102,7 +122,7 @@ void Mutex::unlock() noexcept {
     const std::lock_guard guard(state_mutex_);
     last_result_ = std::move(result);
   }
-  local_.unlock();
+  gate_unlock();
 }
 
 bool Mutex::extend(std::optional<Milliseconds> ttl) {

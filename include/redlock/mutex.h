@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -66,7 +67,15 @@ class Mutex {
   Client& client_;
   const std::string resource_;
   const AcquireOptions options_;
-  std::timed_mutex local_;  // serialises this process's threads before they go to Redis
+  // Serialises this process's threads before they go to Redis. A flag under a mutex and a
+  // condition variable rather than std::timed_mutex: ThreadSanitizer does not see
+  // pthread_mutex_clocklock, which timed_mutex::try_lock_until uses.
+  bool gate_lock_until(std::optional<std::chrono::steady_clock::time_point> deadline);
+  void gate_unlock();
+  std::mutex gate_mutex_;
+  std::condition_variable gate_released_;
+  bool gate_held_ = false;  // guarded by gate_mutex_
+
   mutable std::mutex state_mutex_;
   std::optional<Lock> held_;  // guarded by state_mutex_
   Result last_result_;        // guarded by state_mutex_
