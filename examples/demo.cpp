@@ -3,6 +3,7 @@
 // a grant with two masters frozen, and stops every server it started.
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "redlock/redlock.h"
 #include "support/redis_server.h"
@@ -34,6 +35,9 @@ int main() {
   options.masters = masters.uris();
   options.ttl = 10s;
   options.retry_count = 0;
+  // These masters were started a moment ago and never held a lock, so a restart cannot
+  // have made them forget one: the restart guard is shown on its own at the end.
+  options.restart_guard = false;
   for (const auto& uri : options.masters) std::printf("  %s\n", uri.c_str());
 
   redlock::Client alice(options);
@@ -65,6 +69,23 @@ int main() {
   masters[3].thaw();
   masters[4].thaw();
 
+  // The restart guard: a master restarted without persistence forgot its keys, so its
+  // grants do not count until it has been up longer than any lock's ttl.
+  redlock::ClientOptions guarded = options;
+  guarded.restart_guard = true;
+  guarded.ttl = 500ms;
+  guarded.max_lock_ttl = 1s;
+  redlock::Client carol(guarded);
+  std::this_thread::sleep_for(1100ms);  // every master has now been up for more than 1 s
+  std::printf("\nrestarting %s without persistence (it forgets every key)\n", masters[0].uri().c_str());
+  masters[0].restart();
+  carol.wait_connected(5, 2s);
+  auto guarded_result = carol.acquire("payments:batch-44");
+  show("carol acquires with the restart guard on (max_lock_ttl 1 s)", guarded_result);
+
   std::printf("\nstopping the masters\n");
-  return frozen.ok() ? 0 : 1;
+  return frozen.ok() && guarded_result.ok() &&
+                 guarded_result.masters[0].status == redlock::MasterStatus::not_counted
+             ? 0
+             : 1;
 }

@@ -40,21 +40,23 @@ std::string encode_set_nx_px(std::string_view key, std::string_view token, long 
   return encode(argv, lengths, 6);
 }
 
-std::string encode_script_call(const Script& script, bool use_eval, std::string_view key,
+std::string encode_script_call(const Script& script, bool use_eval, std::initializer_list<std::string_view> keys,
                                std::initializer_list<std::string_view> args) {
-  const char* argv[8];
-  std::size_t lengths[8];
-  if (args.size() > 4) throw std::invalid_argument("encode_script_call: too many arguments");
+  constexpr std::size_t kMaxArgs = 8;
+  if (keys.size() + args.size() > kMaxArgs) throw std::invalid_argument("encode_script_call: too many arguments");
+  const char* argv[kMaxArgs + 3];
+  std::size_t lengths[kMaxArgs + 3];
   int argc = 0;
   auto push = [&](std::string_view arg) {
     argv[argc] = arg.data();
     lengths[argc] = arg.size();
     ++argc;
   };
+  const std::string numkeys = std::to_string(keys.size());
   push(use_eval ? std::string_view("EVAL") : std::string_view("EVALSHA"));
   push(use_eval ? script.source : std::string_view(script.sha1));
-  push("1");
-  push(key);
+  push(numkeys);
+  for (const auto key : keys) push(key);
   for (const auto arg : args) push(arg);
   return encode(argv, lengths, argc);
 }

@@ -4,6 +4,7 @@
 #include <hiredis/read.h>
 
 #include <algorithm>
+#include <charconv>
 #include <random>
 #include <utility>
 
@@ -182,19 +183,22 @@ void Connection::on_connected(int status) {
   std::string handshake;
   std::deque<Pending> handshake_pending;
   const auto now = now_ns();
+  const auto step = [&](std::string encoded, Step kind) {
+    handshake += encoded;
+    handshake_pending.push_back({nullptr, 0, now, kind});
+  };
   const Endpoint& ep = options_.endpoint;
   if (!ep.password.empty()) {
-    handshake += ep.user.empty() ? encode_command({"AUTH", ep.password})
-                                 : encode_command({"AUTH", ep.user, ep.password});
-    handshake_pending.push_back({nullptr, 0, now, true});
+    step(ep.user.empty() ? encode_command({"AUTH", ep.password}) : encode_command({"AUTH", ep.user, ep.password}),
+         Step::must_succeed);
   }
-  if (ep.db != 0) {
-    handshake += encode_command({"SELECT", std::to_string(ep.db)});
-    handshake_pending.push_back({nullptr, 0, now, true});
-  }
+  if (ep.db != 0) step(encode_command({"SELECT", std::to_string(ep.db)}), Step::must_succeed);
+  info_ = ServerInfo{};
+  step(encode_command({"INFO", "server"}), Step::server_info);
+  step(encode_command({"CONFIG", "GET", "maxmemory-policy"}), Step::memory_policy);
   handshake += options_.handshake_extra;
   for (std::size_t i = 0; i < options_.handshake_extra_count; ++i) {
-    handshake_pending.push_back({nullptr, 0, now, false});
+    handshake_pending.push_back({nullptr, 0, now, Step::may_fail});
   }
   handshake_left_ = handshake_pending.size();
   out_.insert(0, handshake);
@@ -213,6 +217,7 @@ void Connection::on_handshake_done() {
   backoff_ = Milliseconds{0};
   last_error_.clear();
   if (connect_timer_ != 0) loop_.cancel(std::exchange(connect_timer_, 0));
+  if (on_ready) on_ready();
 }
 
 void Connection::on_read(const char* data, std::size_t size) {
@@ -248,18 +253,53 @@ void Connection::deliver(Pending pending, const redisReply* reply) {
   }
   // One of our own handshake commands.
   if (handshake_left_ > 0) --handshake_left_;
-  if (pending.handshake_checked && reply->type == REDIS_REPLY_ERROR) {
+  if (pending.step == Step::must_succeed && reply->type == REDIS_REPLY_ERROR) {
     fail("handshake failed: " + std::string(reply->str, reply->len));
     return;
   }
+  on_handshake_reply(pending.step, reply);
   if (handshake_left_ == 0 && state_ == State::handshaking) on_handshake_done();
+}
+
+void Connection::on_handshake_reply(Step step, const redisReply* reply) {
+  if (step == Step::server_info) {
+    if (reply->type != REDIS_REPLY_STRING) {
+      info_.error = "INFO server failed: " +
+                    (reply->type == REDIS_REPLY_ERROR ? std::string(reply->str, reply->len) : std::string("no text"));
+      return;
+    }
+    const std::string_view text(reply->str, reply->len);
+    const auto field = [&](std::string_view name) -> std::string_view {
+      const auto at = text.find(name);
+      if (at == std::string_view::npos) return {};
+      const auto start = at + name.size();
+      return text.substr(start, text.find_first_of("\r\n", start) - start);
+    };
+    const std::string_view run_id = field("\nrun_id:");
+    const std::string_view uptime = field("\nuptime_in_seconds:");
+    std::uint64_t seconds = 0;
+    const auto [end, ec] = std::from_chars(uptime.data(), uptime.data() + uptime.size(), seconds);
+    if (run_id.empty() || uptime.empty() || ec != std::errc()) {
+      info_.error = "INFO server has no run_id / uptime_in_seconds";
+      return;
+    }
+    info_.run_id = std::string(run_id);
+    // uptime_in_seconds is truncated, so the server started at or before this instant:
+    // counting from it can only make the server look younger, never older.
+    const std::uint64_t now = now_ns();
+    const std::uint64_t up_ns = seconds * 1'000'000'000u;
+    info_.started_ns = up_ns < now ? now - up_ns : 0;
+  } else if (step == Step::memory_policy && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+             reply->element[1]->type == REDIS_REPLY_STRING) {
+    info_.maxmemory_policy.assign(reply->element[1]->str, reply->element[1]->len);
+  }
 }
 
 bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag) {
   if (state_ == State::disconnected || state_ == State::closed) return false;
   if (pending_.size() >= kMaxOutstanding) return false;
   out_.append(encoded);
-  pending_.push_back({std::move(sink), tag, now_ns(), false});
+  pending_.push_back({std::move(sink), tag, now_ns(), Step::command});
   if (stall_timer_ == 0 && options_.stall_timeout.count() > 0) arm_stall_check();
   return true;
 }

@@ -34,6 +34,7 @@ Verdict Tally::verdict() const noexcept {
 }
 
 Outcome Tally::failure_outcome() const noexcept {
+  if (kind == RoundKind::fence) return Outcome::quorum_unreachable;
   const std::uint32_t owned_elsewhere = held + missing;
   if (owned_elsewhere > 0 && owned_elsewhere >= failed) {
     return kind == RoundKind::acquire ? Outcome::taken : Outcome::lost;

@@ -22,6 +22,7 @@ using redlock::detail::encode_command;
 using redlock::detail::encode_script_call;
 using redlock::detail::encode_set_nx_px;
 using redlock::detail::kExtendScript;
+using redlock::detail::kFencedAcquireScript;
 using redlock::detail::kReleaseScript;
 using redlock::detail::make_token;
 using redlock::detail::Script;
@@ -141,28 +142,36 @@ TEST(Script, PreparedFields) {
 
 TEST(EncodeScriptCall, Evalsha) {
   const Script release(kReleaseScript);
-  EXPECT_EQ(encode_script_call(release, false, "redlock:r", {"tok"}),
+  EXPECT_EQ(encode_script_call(release, false, {"redlock:r"}, {"tok"}),
             "*5\r\n" + bulk("EVALSHA") + bulk(release.sha1) + bulk("1") + bulk("redlock:r") + bulk("tok"));
   const Script extend(kExtendScript);
-  EXPECT_EQ(encode_script_call(extend, false, "redlock:r", {"tok", "5000"}),
+  EXPECT_EQ(encode_script_call(extend, false, {"redlock:r"}, {"tok", "5000"}),
             "*6\r\n" + bulk("EVALSHA") + bulk(extend.sha1) + bulk("1") + bulk("redlock:r") + bulk("tok") +
                 bulk("5000"));
 }
 
 TEST(EncodeScriptCall, Eval) {
   const Script release(kReleaseScript);
-  EXPECT_EQ(encode_script_call(release, true, "redlock:r", {"tok"}),
+  EXPECT_EQ(encode_script_call(release, true, {"redlock:r"}, {"tok"}),
             "*5\r\n" + bulk("EVAL") + bulk(kReleaseScript) + bulk("1") + bulk("redlock:r") + bulk("tok"));
   const Script extend(kExtendScript);
   const std::string key("k\0\r\n", 4);
-  EXPECT_EQ(encode_script_call(extend, true, key, {"tok", "5000"}),
+  EXPECT_EQ(encode_script_call(extend, true, {key}, {"tok", "5000"}),
             "*6\r\n" + bulk("EVAL") + bulk(kExtendScript) + bulk("1") + bulk(key) + bulk("tok") + bulk("5000"));
+}
+
+TEST(EncodeScriptCall, TwoKeys) {
+  const Script fenced(kFencedAcquireScript);
+  EXPECT_EQ(encode_script_call(fenced, false, {"redlock:r", "fence"}, {"tok", "5000"}),
+            "*7\r\n" + bulk("EVALSHA") + bulk(fenced.sha1) + bulk("2") + bulk("redlock:r") + bulk("fence") +
+                bulk("tok") + bulk("5000"));
 }
 
 TEST(EncodeScriptCall, TooManyArgumentsThrow) {
   const Script release(kReleaseScript);
-  EXPECT_NO_THROW((void)encode_script_call(release, false, "k", {"a", "b", "c", "d"}));
-  EXPECT_THROW((void)encode_script_call(release, false, "k", {"a", "b", "c", "d", "e"}), std::invalid_argument);
+  EXPECT_NO_THROW((void)encode_script_call(release, false, {"k"}, {"a", "b", "c", "d", "e", "f", "g"}));
+  EXPECT_THROW((void)encode_script_call(release, false, {"k"}, {"a", "b", "c", "d", "e", "f", "g", "h"}),
+               std::invalid_argument);
 }
 
 // The scripts' documented behaviour, run by a real redis-server through the library's own
@@ -176,17 +185,17 @@ TEST(Scripts, ReleaseOnRealServer) {
       ASSERT_EQ(server.command({"SCRIPT", "LOAD", std::string(kReleaseScript)}).str, release.sha1);
     }
 
-    ReplyPtr reply = send_raw(server, encode_script_call(release, use_eval, "k", {"mine"}));
+    ReplyPtr reply = send_raw(server, encode_script_call(release, use_eval, {"k"}, {"mine"}));
     ASSERT_EQ(reply->type, REDIS_REPLY_INTEGER) << (reply->str ? reply->str : "");
     EXPECT_EQ(reply->integer, 0);  // no key
 
     server.command({"SET", "k", "theirs"});
-    reply = send_raw(server, encode_script_call(release, use_eval, "k", {"mine"}));
+    reply = send_raw(server, encode_script_call(release, use_eval, {"k"}, {"mine"}));
     EXPECT_EQ(reply->integer, -1);  // another owner: untouched
     EXPECT_EQ(server.command({"GET", "k"}).str, "theirs");
 
     server.command({"SET", "k", "mine"});
-    reply = send_raw(server, encode_script_call(release, use_eval, "k", {"mine"}));
+    reply = send_raw(server, encode_script_call(release, use_eval, {"k"}, {"mine"}));
     EXPECT_EQ(reply->integer, 1);  // deleted
     EXPECT_EQ(server.command({"EXISTS", "k"}).integer, 0);
   }
@@ -202,18 +211,18 @@ TEST(Scripts, ExtendOnRealServer) {
       ASSERT_EQ(server.command({"SCRIPT", "LOAD", std::string(kExtendScript)}).str, extend.sha1);
     }
 
-    ReplyPtr reply = send_raw(server, encode_script_call(extend, use_eval, "k", {"mine", "60000"}));
+    ReplyPtr reply = send_raw(server, encode_script_call(extend, use_eval, {"k"}, {"mine", "60000"}));
     ASSERT_EQ(reply->type, REDIS_REPLY_INTEGER) << (reply->str ? reply->str : "");
     EXPECT_EQ(reply->integer, 0);  // no key, and none created
     EXPECT_EQ(server.command({"EXISTS", "k"}).integer, 0);
 
     server.command({"SET", "k", "theirs", "PX", "1000000"});
-    reply = send_raw(server, encode_script_call(extend, use_eval, "k", {"mine", "60000"}));
+    reply = send_raw(server, encode_script_call(extend, use_eval, {"k"}, {"mine", "60000"}));
     EXPECT_EQ(reply->integer, -1);
     EXPECT_GT(server.command({"PTTL", "k"}).integer, 60000);  // their expiry untouched
 
     server.command({"SET", "k", "mine", "PX", "1000000"});
-    reply = send_raw(server, encode_script_call(extend, use_eval, "k", {"mine", "60000"}));
+    reply = send_raw(server, encode_script_call(extend, use_eval, {"k"}, {"mine", "60000"}));
     EXPECT_EQ(reply->integer, 1);
     const long long pttl = server.command({"PTTL", "k"}).integer;
     EXPECT_GT(pttl, 0);

@@ -36,6 +36,7 @@ const char* name(RoundKind kind) {
     case RoundKind::acquire: return "acquire";
     case RoundKind::extend: return "extend";
     case RoundKind::release: return "release";
+    case RoundKind::fence: return "fence";
   }
   return "?";
 }
@@ -245,6 +246,10 @@ TEST(TallyFailureOutcome, Extend) {
 TEST(TallyFailureOutcome, ReleaseIsOnlyEverUnreachable) {
   using S = MasterStatus;
   EXPECT_EQ(tally_of(RoundKind::release, 3, {S::timeout, S::timeout}).failure_outcome(), Outcome::quorum_unreachable);
+  // The fencing round only acknowledges or fails: never "taken" or "lost".
+  EXPECT_EQ(tally_of(RoundKind::fence, 3, {S::held_by_other, S::held_by_other}).failure_outcome(),
+            Outcome::quorum_unreachable);
+  EXPECT_EQ(tally_of(RoundKind::fence, 3, {S::ok, S::ok}).verdict(), Verdict::success);
   EXPECT_EQ(tally_of(RoundKind::release, 3, {S::held_by_other, S::timeout, S::timeout}).failure_outcome(),
             Outcome::quorum_unreachable);
 }

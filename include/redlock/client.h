@@ -26,6 +26,10 @@
 
 namespace redlock {
 
+namespace detail {
+class ClientImpl;
+}
+
 using Callback = std::function<void(Result)>;
 using OperationId = std::uint64_t;
 
@@ -82,8 +86,7 @@ class Client {
   [[nodiscard]] std::chrono::microseconds remaining(const Lock& lock) const;
 
  private:
-  class Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::ClientImpl> impl_;
 };
 
 }  // namespace redlock

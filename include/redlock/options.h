@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,6 +86,32 @@ struct ClientOptions {
   // command_timeout. 0 disables the check. Default 3 s.
   Milliseconds stall_timeout{3'000};
 
+  // Restart guard. A master restarted without persistence has forgotten its keys, so for
+  // one max_lock_ttl after it (re)starts its grants are not votes: it still receives SET and
+  // release, but its OK counts as `not_counted`. The Client reads INFO server (run_id,
+  // uptime_in_seconds) on every (re)connect. A run_id change also removes that master's vote
+  // from every lock this Client holds; a lock left below quorum reports Lock::lost().
+  // Turn it off only when every master keeps keys across restarts (appendonly yes with
+  // appendfsync always): then a restart loses nothing and the wait only costs availability.
+  // Default on.
+  bool restart_guard = true;
+  // The longest ttl any lock of this Client uses. 0 (default): ttl rounded up to whole
+  // seconds, plus one second. An acquire with a longer ttl is refused (invalid_argument)
+  // while the guard is on.
+  Milliseconds max_lock_ttl{0};
+
+  // Fencing (AcquireOptions::fencing). One counter key per master, shared by all resources,
+  // never expiring. Must not start with key_prefix (it would collide with a resource).
+  std::string fence_key = "redlock-fence-counter";
+  // A master seen for the first time or after a restart is "caught up" before its fencing
+  // votes count: its counter is raised to the highest read from enough other masters.
+  // Turning this off exists only to demonstrate why it is needed. Default on.
+  bool fence_catch_up = true;
+
+  // Called (on the loop thread) with warnings about the masters' configuration, e.g. a
+  // maxmemory-policy that could evict the fencing counter. Default: print to stderr.
+  std::function<void(const std::string&)> on_warning;
+
   // Local address to bind outgoing connections to (e.g. "127.0.0.11"), so that fault
   // injection can partition this client alone. Empty: the kernel chooses.
   std::string source_address;
@@ -107,6 +134,9 @@ struct AcquireOptions {
   // Give up retrying once this much time has passed since the call. Unset: no limit
   // beyond retry_count.
   std::optional<Milliseconds> wait;
+  // Hand out a fencing token (Lock::fence) that strictly increases between grants that do
+  // not overlap in time. Costs one more parallel round trip. See docs/fencing.md.
+  bool fencing = false;
 };
 
 // Largest resource name accepted, in bytes. Names are binary-safe.

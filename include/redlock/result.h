@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,6 +52,8 @@ struct MasterResult {
   std::chrono::microseconds latency{0};  // send to reply (0 when not answered)
 };
 
+class LockState;  // shared by the copies of a Lock and the Client that granted it
+
 // A held lock: what release and extend need. A plain value; copying it does not copy
 // ownership in Redis, it only names it.
 struct Lock {
@@ -62,6 +65,14 @@ struct Lock {
   // lease stops being safe to rely on: started + ttl - drift.
   std::chrono::steady_clock::time_point started{};
   std::chrono::steady_clock::time_point deadline{};
+  // Fencing token when the acquire asked for one (AcquireOptions::fencing), else 0.
+  std::uint64_t fence = 0;
+  // Which masters granted it, and whether it is known lost; maintained by the Client.
+  std::shared_ptr<LockState> state;
+
+  // True once the Client learned that masters which granted this lock restarted (restart
+  // guard) so that fewer than a quorum still vouch for it. A lost lock is never extended.
+  [[nodiscard]] bool lost() const noexcept;
 };
 
 struct Result {

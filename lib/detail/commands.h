@@ -32,6 +32,20 @@ inline constexpr std::string_view kExtendScript =
 // Lowercase hex SHA1 of a script, as EVALSHA wants it (OpenSSL).
 std::string script_sha1(std::string_view script);
 
+// Fenced acquire, round 1: SET NX PX, and on success INCR the master's fencing counter
+// (KEYS[2]) and return it; nil when the key is held.
+inline constexpr std::string_view kFencedAcquireScript =
+    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+    "return redis.call('INCR', KEYS[2]) end "
+    "return false";
+
+// Fencing round 2 and catch-up: counter = max(counter, ARGV[1]); returns the new value.
+inline constexpr std::string_view kFenceRaiseScript =
+    "local c = tonumber(redis.call('GET', KEYS[1]) or '0') "
+    "local t = tonumber(ARGV[1]) "
+    "if c < t then redis.call('SET', KEYS[1], ARGV[1]) return t end "
+    "return c";
+
 // A script prepared for one Client: the EVALSHA name and the SCRIPT LOAD command that the
 // connection handshake sends, so EVALSHA normally hits and EVAL is only the NOSCRIPT path.
 struct Script {
@@ -42,8 +56,8 @@ struct Script {
 };
 
 std::string encode_set_nx_px(std::string_view key, std::string_view token, long long ttl_ms);
-// EVALSHA sha 1 key args... (or EVAL source 1 key args... when `use_eval`).
-std::string encode_script_call(const Script& script, bool use_eval, std::string_view key,
+// EVALSHA sha numkeys keys... args... (or EVAL source ... when `use_eval`).
+std::string encode_script_call(const Script& script, bool use_eval, std::initializer_list<std::string_view> keys,
                                std::initializer_list<std::string_view> args);
 
 }  // namespace redlock::detail

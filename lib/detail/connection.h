@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -52,6 +53,15 @@ class Connection {
  public:
   enum class State : std::uint8_t { disconnected, connecting, handshaking, ready, closed };
 
+  // What the handshake learned about the server (INFO server, CONFIG GET), for the restart
+  // guard and the fencing counter. Replaced on every connect.
+  struct ServerInfo {
+    std::string run_id;           // empty if INFO failed (see error)
+    std::uint64_t started_ns = 0;  // now_ns() at connect minus uptime_in_seconds
+    std::string maxmemory_policy;  // empty if CONFIG GET was refused
+    std::string error;             // why run_id is unknown
+  };
+
   Connection(EventLoop& loop, ConnectionOptions options);
   ~Connection();  // close()
   Connection(const Connection&) = delete;
@@ -77,6 +87,11 @@ class Connection {
   [[nodiscard]] const std::string& last_error() const noexcept { return last_error_; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] std::size_t outstanding() const noexcept { return pending_.size(); }
+  // Valid once ready(); describes the server of the current connection.
+  [[nodiscard]] const ServerInfo& server_info() const noexcept { return info_; }
+
+  // Called (on the loop thread) every time a connection becomes ready, after the handshake.
+  std::function<void()> on_ready;
 
   // Pending commands above which send() refuses: a frozen master must not grow memory
   // without bound before the stall check drops its connection.
@@ -84,12 +99,21 @@ class Connection {
 
  private:
   struct Socket;
+  // The connection's own handshake commands and what their replies mean.
+  enum class Step : std::uint8_t {
+    command,         // a caller's command: the reply goes to the sink
+    must_succeed,    // AUTH, SELECT: an error reply fails the connection
+    may_fail,        // SCRIPT LOAD: the reply is not checked
+    server_info,     // INFO server: run_id, uptime_in_seconds
+    memory_policy,   // CONFIG GET maxmemory-policy
+  };
   struct Pending {
-    std::shared_ptr<ReplySink> sink;  // null for the connection's own handshake commands
+    std::shared_ptr<ReplySink> sink;  // null for handshake steps
     std::uint32_t tag = 0;
     std::uint64_t sent_ns = 0;
-    bool handshake_checked = false;  // an error reply fails the connection (AUTH, SELECT)
+    Step step = Step::command;
   };
+  void on_handshake_reply(Step step, const redisReply* reply);
 
   struct Resolve;
   void connect();
@@ -120,7 +144,8 @@ class Connection {
   EventLoop::TimerId connect_timer_ = 0;
   EventLoop::TimerId reconnect_timer_ = 0;
   EventLoop::TimerId stall_timer_ = 0;
-  std::uint64_t generation_ = 0;  // bumps on every socket change; stale callbacks check it
+  std::uint64_t generation_ = 0;
+  ServerInfo info_;  // bumps on every socket change; stale callbacks check it
 };
 
 }  // namespace redlock::detail

@@ -13,7 +13,8 @@
 
 namespace redlock::detail {
 
-enum class RoundKind : std::uint8_t { acquire, extend, release };
+// fence: round 2 of a fenced acquire (raise the counters to the granted token).
+enum class RoundKind : std::uint8_t { acquire, extend, release, fence };
 enum class Verdict : std::uint8_t { undecided, success, failure };
 
 [[nodiscard]] constexpr std::uint32_t quorum_of(std::uint32_t masters) noexcept {

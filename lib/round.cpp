@@ -1,0 +1,158 @@
+// One round of a lock operation: classify each master's reply as a vote, decide early.
+#include <algorithm>
+
+#include "detail/client_impl.h"
+
+namespace redlock::detail {
+namespace {
+
+
+bool starts_with(const redisReply* reply, std::string_view prefix) {
+  return reply->len >= prefix.size() && std::string_view(reply->str, prefix.size()) == prefix;
+}
+
+bool is_noscript(const redisReply* reply) {
+  return reply != nullptr && reply->type == REDIS_REPLY_ERROR && starts_with(reply, "NOSCRIPT");
+}
+
+std::string describe_unexpected(const redisReply* reply) {
+  switch (reply->type) {
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+      return "unexpected reply '" + std::string(reply->str, std::min<std::size_t>(reply->len, 64)) + "'";
+    case REDIS_REPLY_INTEGER:
+      return "unexpected integer reply " + std::to_string(reply->integer);
+    case REDIS_REPLY_NIL:
+      return "unexpected nil reply";
+    case REDIS_REPLY_ARRAY:
+      return "unexpected array reply";
+    default:
+      return "unexpected reply type " + std::to_string(reply->type);
+  }
+}
+
+}  // namespace
+
+Round::Round(ClientImpl& impl, std::shared_ptr<Operation> op, RoundKind kind)
+    : impl_(impl), op_(std::move(op)), kind_(kind), tally_{kind, impl.size_} {
+  masters_.resize(impl.size_);
+  eval_sent_.resize(impl.size_);
+  if (kind == RoundKind::acquire && op_->fencing) values_.resize(impl.size_);
+  for (std::uint32_t i = 0; i < impl.size_; ++i) masters_[i].endpoint = impl.names_[i];
+}
+
+void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) {
+  if (is_noscript(reply) && !eval_sent_[index]) {
+    // The script cache was flushed (or the master restarted) since the handshake loaded
+    // it. Answered even after the decision: a release must still land.
+    resend_with_eval(index);
+    return;
+  }
+  if (decided_ || masters_[index].status != MasterStatus::pending) {
+    // Late: the round was decided (or this master timed out) first. For a failed acquire
+    // the release was sent to this master after the SET, on the same connection, so it
+    // runs after it: a late grant is already being undone. A late grant of a successful
+    // acquire still strengthens the lock: remember it for the restart guard.
+    if (granted_ && reply != nullptr) {
+      std::string error;
+      if (classify(index, reply, error) == MasterStatus::ok && granted_->epochs[index] == 0) {
+        granted_->epochs[index] = impl_.views_[index].epoch;
+        ++granted_->votes;
+      }
+    }
+    return;
+  }
+  if (reply == nullptr) {
+    record(index, MasterStatus::not_connected, std::string(failure));
+  } else {
+    std::string error;
+    const MasterStatus status = classify(index, reply, error);
+    record(index, status, std::move(error));
+  }
+  evaluate();
+}
+
+// What one reply means for this round's kind. A grant from a master the restart guard (or
+// the fencing catch-up) does not count yet is `not_counted`.
+MasterStatus Round::classify(std::uint32_t index, const redisReply* reply, std::string& error) {
+  if (reply->type == REDIS_REPLY_ERROR) {
+    error.assign(reply->str, reply->len);
+    return MasterStatus::server_error;
+  }
+  MasterStatus status = MasterStatus::server_error;
+  const bool fenced_acquire = kind_ == RoundKind::acquire && op_->fencing;
+  if (kind_ == RoundKind::acquire && !fenced_acquire) {
+    if (reply->type == REDIS_REPLY_STATUS && reply->len == 2 && starts_with(reply, "OK")) {
+      status = MasterStatus::ok;
+    } else if (reply->type == REDIS_REPLY_NIL) {
+      status = MasterStatus::held_by_other;
+    }
+  } else if (fenced_acquire) {
+    if (reply->type == REDIS_REPLY_INTEGER && reply->integer > 0) {
+      status = MasterStatus::ok;
+      values_[index] = reply->integer;
+    } else if (reply->type == REDIS_REPLY_NIL) {
+      status = MasterStatus::held_by_other;
+    }
+  } else if (kind_ == RoundKind::fence) {
+    if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= static_cast<long long>(op_->fence)) {
+      status = MasterStatus::ok;
+    }
+  } else if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= -1 && reply->integer <= 1) {
+    static constexpr MasterStatus kByValue[] = {MasterStatus::held_by_other, MasterStatus::not_found,
+                                                MasterStatus::ok};
+    status = kByValue[reply->integer + 1];
+  }
+  if (status == MasterStatus::server_error) {
+    error = describe_unexpected(reply);
+    return status;
+  }
+  if (status != MasterStatus::ok || kind_ == RoundKind::release) return status;
+
+  // A grant (acquire, extend, fence): is it a vote?
+  if (auto why = impl_.not_counted(index, op_->fencing)) {
+    error = std::move(*why);
+    return MasterStatus::not_counted;
+  }
+  if (kind_ == RoundKind::extend && impl_.options_.restart_guard && op_->lock.state &&
+      op_->lock.state->epochs[index] != impl_.views_[index].epoch) {
+    error = op_->lock.state->epochs[index] == 0 ? "did not grant this lock"
+                                                : "restarted since it granted this lock (restart guard)";
+    return MasterStatus::not_counted;
+  }
+  return MasterStatus::ok;
+}
+
+void Round::record(std::uint32_t index, MasterStatus status, std::string error) {
+  auto& master = masters_[index];
+  master.status = status;
+  master.error = std::move(error);
+  master.latency = std::chrono::microseconds((now_ns() - start_ns_) / 1000u);
+  tally_.add(status);
+}
+
+void Round::evaluate() {
+  if (!decided_ && tally_.verdict() != Verdict::undecided) impl_.decide(*this);
+}
+
+void Round::on_deadline() {
+  deadline_timer_ = 0;
+  if (decided_) return;
+  const std::string why = "no reply within " + std::to_string(impl_.options_.command_timeout.count()) + " ms";
+  for (std::uint32_t i = 0; i < masters_.size(); ++i) {
+    if (masters_[i].status == MasterStatus::pending) record(i, MasterStatus::timeout, why);
+  }
+  evaluate();
+}
+
+void Round::resend_with_eval(std::uint32_t index) {
+  eval_sent_[index] = true;
+  const std::string command = impl_.encode(kind_, *op_, true);
+  if (!impl_.connections_[index]->send(command, shared_from_this(), index) && !decided_ &&
+      masters_[index].status == MasterStatus::pending) {
+    record(index, MasterStatus::not_connected, impl_.connections_[index]->last_error());
+    evaluate();
+  }
+}
+
+}  // namespace redlock::detail
