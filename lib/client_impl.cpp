@@ -371,8 +371,8 @@ bool ClientImpl::wait_connected(std::size_t count, Milliseconds timeout) {
     auto future = promise->get_future();
     const bool posted = loop_->post([this, promise] {
       std::size_t ready = 0;
-      for (std::uint32_t i = 0; i < size_; ++i) {
-        if (connections_[i]->ready() && views_[i].fence_ready) ++ready;
+      for (const auto& connection : connections_) {
+        if (connection->ready()) ++ready;
       }
       promise->set_value(ready);
     });

@@ -35,7 +35,14 @@ void ClientImpl::on_master_ready(std::uint32_t index) {
     view.fence_ready = false;
     if (restarted && options_.restart_guard) forget_votes_of(index);
     if (options_.fence_catch_up) {
-      catch_up(index);
+      // Wait one command deadline first: a fencing round-2 raise that another client got
+      // acknowledged before this restart has then executed on the masters we will read
+      // (docs/fencing.md, assumption A3).
+      const std::uint32_t epoch = view.epoch;
+      loop_->schedule_at(now_ns() + static_cast<std::uint64_t>(options_.command_timeout.count()) * 1'000'000u,
+                         [this, index, epoch] {
+                           if (views_[index].epoch == epoch && !views_[index].fence_ready) catch_up(index);
+                         });
     } else {
       view.fence_ready = true;
     }

@@ -97,6 +97,15 @@ std::vector<Endpoint> validate(const ClientOptions& options) {
           "ClientOptions.reconnect_max (" + ms(options.reconnect_max) + ") is below reconnect_min (" +
               ms(options.reconnect_min) + ")");
   not_negative(options.stall_timeout, "stall_timeout");
+  not_negative(options.max_lock_ttl, "max_lock_ttl");
+  require(!options.fence_key.empty(), "ClientOptions.fence_key is empty");
+  require(options.key_prefix.empty() || options.fence_key.rfind(options.key_prefix, 0) != 0,
+          "ClientOptions.fence_key '" + options.fence_key + "' starts with key_prefix '" + options.key_prefix +
+              "': a resource could share its key");
+  if (options.restart_guard && options.max_lock_ttl.count() > 0) {
+    require(options.max_lock_ttl >= options.ttl, "ClientOptions.max_lock_ttl (" + ms(options.max_lock_ttl) +
+                                                     ") is below ttl (" + ms(options.ttl) + ")");
+  }
   if (!options.source_address.empty()) {
     unsigned char buffer[sizeof(in6_addr)];
     const bool is_ip = inet_pton(AF_INET, options.source_address.c_str(), buffer) == 1 ||

@@ -14,9 +14,13 @@
 namespace redlock::testing {
 namespace {
 
+// Retries for a while: right after connecting, a master's fencing votes wait for its
+// counter catch-up (one command deadline, then one round trip).
 AcquireOptions fenced() {
   AcquireOptions options;
   options.fencing = true;
+  options.retry_count = -1;
+  options.wait = 5000ms;
   return options;
 }
 

@@ -442,3 +442,47 @@ TEST(MutexValidation, EmptyResourceWithoutServer) {
 }
 
 }  // namespace
+
+namespace redlock {
+namespace {
+
+ClientOptions one_master() {
+  ClientOptions options;
+  options.masters = {"redis://127.0.0.1:7000"};
+  return options;
+}
+
+std::string construction_error(const ClientOptions& options) {
+  try {
+    Client client(options);
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+TEST(GuardAndFenceValidation, FenceKeyInsideTheResourceNamespaceIsRejected) {
+  auto options = one_master();
+  options.fence_key = "redlock:fence";
+  const std::string message = construction_error(options);
+  EXPECT_NE(message.find("redlock:fence"), std::string::npos) << message;
+  EXPECT_NE(message.find("key_prefix"), std::string::npos) << message;
+  options.fence_key = "";
+  EXPECT_NE(construction_error(options).find("fence_key is empty"), std::string::npos);
+}
+
+TEST(GuardAndFenceValidation, MaxLockTtlBelowTtlIsRejected) {
+  auto options = one_master();
+  options.ttl = std::chrono::milliseconds(5000);
+  options.max_lock_ttl = std::chrono::milliseconds(4000);
+  const std::string message = construction_error(options);
+  EXPECT_NE(message.find("max_lock_ttl (4000 ms)"), std::string::npos) << message;
+  options.max_lock_ttl = std::chrono::milliseconds(-1);
+  EXPECT_NE(construction_error(options).find("max_lock_ttl must not be negative"), std::string::npos);
+  options.restart_guard = false;
+  options.max_lock_ttl = std::chrono::milliseconds(4000);  // unused without the guard
+  EXPECT_EQ(construction_error(options), "no error");
+}
+
+}  // namespace
+}  // namespace redlock

@@ -70,8 +70,9 @@ class Client {
   // Release: one round of compare-and-delete on every master.
   Result release(const Lock& lock);
 
-  // Blocks until at least `count` masters are connected (authenticated, and their fencing
-  // counter caught up, so that any kind of lock can count them), or `timeout` passes. Returns whether they are. Useful before a first, latency-sensitive acquire.
+  // Blocks until at least `count` masters are connected (and authenticated), or `timeout`
+  // passes. (A master's fencing votes count a little later, once its counter is caught up:
+  // see docs/fencing.md.) Returns whether they are. Useful before a first, latency-sensitive acquire.
   bool wait_connected(std::size_t count, Milliseconds timeout);
 
   [[nodiscard]] std::size_t size() const noexcept;    // N
