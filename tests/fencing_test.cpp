@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <mutex>
 #include <thread>
 
 #include "support/fenced_store.h"
@@ -127,6 +128,24 @@ TEST(FencingRestarts, WithoutCatchUpTheSameRestartsSendTokensBackwards) {
   std::uint64_t before = 0;
   const std::uint64_t after = token_after_two_restarts(false, before);
   EXPECT_LE(after, before) << "this is the failure the catch-up prevents";
+}
+
+TEST(FencingRounds, AnEvictingMaxmemoryPolicyIsWarnedAbout) {
+  RedisServerGroup masters(3);
+  masters[1].command({"CONFIG", "SET", "maxmemory-policy", "allkeys-lru"});
+  auto options = options_for(masters);
+  auto warnings = std::make_shared<std::vector<std::string>>();
+  auto guard = std::make_shared<std::mutex>();
+  options.on_warning = [warnings, guard](const std::string& message) {
+    const std::lock_guard lock(*guard);
+    warnings->push_back(message);
+  };
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const std::lock_guard lock(*guard);
+  ASSERT_EQ(warnings->size(), 1u);
+  EXPECT_NE(warnings->front().find(masters[1].uri().substr(8)), std::string::npos) << warnings->front();
+  EXPECT_NE(warnings->front().find("allkeys-lru"), std::string::npos);
 }
 
 // A holder paused (SIGSTOP) past its validity wakes up and writes with its old token after
