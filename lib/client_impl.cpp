@@ -162,10 +162,8 @@ std::string ClientImpl::encode(RoundKind kind, const Operation& op, bool use_eva
 void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind) {
   auto round = std::make_shared<Round>(*this, op, kind);
   op->round = round;
-  if (kind == RoundKind::acquire) {
-    ++op->attempts;
-    op->token = make_token();
-  }
+  if (kind != RoundKind::fence) ++op->attempts;  // the fencing round belongs to its acquire's attempt
+  if (kind == RoundKind::acquire) op->token = make_token();
   const std::string command = encode(kind, *op, false);
   // t0 is taken before the first send: elapsed time is never under-counted.
   round->started_ = clock_->now();
@@ -184,8 +182,11 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
   }
   round->evaluate();
   if (!round->decided_) {
-    round->deadline_timer_ = loop_->schedule_at(round->start_ns_ + to_ns(options_.command_timeout),
-                                                [round] { round->on_deadline(); });
+    round->deadline_timer_ = loop_->schedule_at(round->start_ns_ + to_ns(options_.command_timeout), [this, round] {
+      round->deadline_timer_ = 0;
+      // Replies already waiting in the sockets count: read them before timing anyone out.
+      loop_->after_io([round] { round->on_deadline(); });
+    });
   }
 }
 

@@ -48,6 +48,13 @@ EventLoop::EventLoop(uv_loop_t* external) {
   uv_prepare_start(prepare_, &EventLoop::on_prepare);
   // The prepare handle must not keep a caller's loop alive on its own.
   uv_unref(reinterpret_cast<uv_handle_t*>(prepare_));
+  idle_ = new uv_idle_t;
+  uv_idle_init(loop_, idle_);
+  check_ = new uv_check_t;
+  uv_check_init(loop_, check_);
+  check_->data = this;
+  uv_check_start(check_, &EventLoop::on_check);
+  uv_unref(reinterpret_cast<uv_handle_t*>(check_));
   if (own_loop_) {
     thread_ = std::thread([this] {
       // A write to a master that has gone away raises SIGPIPE in the writing thread; with it
@@ -177,6 +184,21 @@ void EventLoop::on_prepare(uv_prepare_t* handle) {
   for (auto& hook : self->before_poll_) hook();
 }
 
+void EventLoop::after_io(Task task) {
+  after_io_.push_back(std::move(task));
+  // An active idle handle makes the next poll non-blocking; its callback does nothing.
+  if (after_io_.size() == 1) uv_idle_start(idle_, [](uv_idle_t*) {});
+}
+
+void EventLoop::on_check(uv_check_t* handle) {
+  auto* self = static_cast<EventLoop*>(handle->data);
+  if (self->after_io_.empty()) return;
+  uv_idle_stop(self->idle_);
+  std::vector<Task> tasks;
+  tasks.swap(self->after_io_);
+  for (auto& task : tasks) task();
+}
+
 void EventLoop::close() {
   {
     const std::lock_guard guard(queue_mutex_);
@@ -186,6 +208,9 @@ void EventLoop::close() {
   timers_.clear();
   timer_deadlines_.clear();
   before_poll_.clear();
+  after_io_.clear();
+  if (idle_ != nullptr) close_and_delete(std::exchange(idle_, nullptr));
+  if (check_ != nullptr) close_and_delete(std::exchange(check_, nullptr));
   if (async_ != nullptr) close_and_delete(std::exchange(async_, nullptr));
   if (timer_ != nullptr) close_and_delete(std::exchange(timer_, nullptr));
   if (prepare_ != nullptr) close_and_delete(std::exchange(prepare_, nullptr));

@@ -136,7 +136,6 @@ void Round::evaluate() {
 }
 
 void Round::on_deadline() {
-  deadline_timer_ = 0;
   if (decided_) return;
   const std::string why = "no reply within " + std::to_string(impl_.options_.command_timeout.count()) + " ms";
   for (std::uint32_t i = 0; i < masters_.size(); ++i) {

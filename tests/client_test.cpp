@@ -67,6 +67,7 @@ TEST_P(ClientTest, ReleaseRemovesTheKeyFromEveryMaster) {
   ASSERT_TRUE(eventually([&] { return holding(masters_, held.lock->key, held.lock->token) == masters_.size(); }));
   const Result released = client.release(*held.lock);
   ASSERT_TRUE(released) << format_result(released);
+  EXPECT_EQ(released.attempts, 1);
   EXPECT_TRUE(eventually([&] { return with_key(masters_, held.lock->key) == 0; }));
 }
 

@@ -106,7 +106,8 @@ class HostileServer {
       case Behaviour::silent:
       case Behaviour::hang_up: return;
     }
-    (void)!::write(fd, reply.data(), reply.size());
+    // MSG_NOSIGNAL: the client may already have hung up; a SIGPIPE would end the test.
+    (void)!::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
   }
 
   const Behaviour behaviour_;

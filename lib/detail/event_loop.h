@@ -47,6 +47,11 @@ class EventLoop {
   TimerId schedule_at(std::uint64_t deadline_ns, Task task);
   void cancel(TimerId id) noexcept;
 
+  // Loop thread only. Runs `task` after the loop has next polled for I/O (without blocking),
+  // so that replies already in the sockets are read first. Deadlines use it: a loop that was
+  // busy past a deadline must not time out replies that arrived in time.
+  void after_io(Task task);
+
   // Loop thread only. `hook` runs every iteration just before the loop waits for I/O; the
   // connections use it to write everything queued in this iteration in one syscall.
   void add_before_poll_hook(Task hook);
@@ -62,6 +67,7 @@ class EventLoop {
   static void on_async(uv_async_t* handle);
   static void on_timer(uv_timer_t* handle);
   static void on_prepare(uv_prepare_t* handle);
+  static void on_check(uv_check_t* handle);
   void drain_queue();
   void run_timers();
   void arm_timer();
@@ -72,6 +78,8 @@ class EventLoop {
   uv_async_t* async_ = nullptr;  // heap; freed in its close callback
   uv_timer_t* timer_ = nullptr;
   uv_prepare_t* prepare_ = nullptr;
+  uv_idle_t* idle_ = nullptr;    // active while after_io tasks wait: the poll must not block
+  uv_check_t* check_ = nullptr;  // runs the after_io tasks once the poll has returned
   std::atomic<std::thread::id> loop_thread_{};
 
   std::mutex queue_mutex_;
@@ -84,6 +92,7 @@ class EventLoop {
   TimerId next_timer_id_ = 1;
   std::uint64_t armed_for_ = 0;  // deadline the uv timer is set for; 0 = not armed
   std::vector<Task> before_poll_;
+  std::vector<Task> after_io_;
 
   std::thread thread_;  // last: started after everything above is ready
 };

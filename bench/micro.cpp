@@ -1,0 +1,317 @@
+// redlock_micro — Google Benchmark binaries for the hot paths reachable through the public API.
+//
+// Network benchmarks run against real redis-servers this binary starts on 127.0.0.1 and use
+// UseRealTime() (the caller mostly waits: CPU time of the calling thread would mean nothing).
+// Token generation, command encoding and the quorum tally live in lib/detail, which bench/
+// does not include: they are measured end-to-end (BM_AcquireRelease_*, BM_AcquireTaken_N5,
+// BM_HandOff_InvalidResource) and, for the token, by the syscall it is made of
+// (BM_Getrandom16). Every benchmark reports `news/op`: global operator new calls per
+// iteration, all threads (alloc_counter.cpp).
+//
+//   redlock_micro [--pin] [Google Benchmark flags, e.g. --benchmark_filter=AcquireRelease]
+#include <sys/random.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstring>
+#include <latch>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "alloc_counter.h"
+#include "redlock/redlock.h"
+#include "support/redis_server.h"
+#include "sys.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using redlock::Client;
+using redlock::Result;
+
+std::vector<std::unique_ptr<redlock::support::RedisServer>> g_masters;
+std::atomic<std::uint64_t> g_sequence{0};
+
+// Setup acquires (outside the timed loop) retry: on a busy machine one attempt can miss its
+// 50 ms deadline.
+redlock::AcquireOptions with_retries() {
+  redlock::AcquireOptions options;
+  options.retry_count = 10;
+  return options;
+}
+
+// A fresh resource name (short enough for std::string's small buffer: no allocation).
+// (Appending rather than "m" + std::to_string(): GCC 12 -O3 reports a false -Wrestrict there.)
+std::string fresh_name() {
+  std::string name = "m";
+  name += std::to_string(g_sequence.fetch_add(1, std::memory_order_relaxed));
+  return name;
+}
+
+std::unique_ptr<Client> connect(std::size_t n) {
+  redlock::ClientOptions options;
+  for (std::size_t i = 0; i < n; ++i) options.masters.push_back(g_masters.at(i)->uri());
+  options.key_prefix = "micro:";
+  options.retry_count = 0;
+  // The masters were started by this binary seconds ago; the restart guard would not count
+  // their grants for one max_lock_ttl. Its per-acquire cost once they are trusted is nil.
+  options.restart_guard = false;
+  auto client = std::make_unique<Client>(options);
+  client->wait_connected(n, 5s);
+  return client;
+}
+
+// Reports operator new calls per iteration since `start`.
+class AllocScope {
+ public:
+  explicit AllocScope(benchmark::State& state) : state_(state), start_(bench::alloc_count()) {}
+  ~AllocScope() {
+    const auto end = bench::alloc_count();
+    state_.counters["news/op"] =
+        benchmark::Counter(static_cast<double>(end.calls - start_.calls), benchmark::Counter::kAvgIterations);
+  }
+  AllocScope(const AllocScope&) = delete;
+  AllocScope& operator=(const AllocScope&) = delete;
+
+ private:
+  benchmark::State& state_;
+  bench::AllocCount start_;
+};
+
+// ---------------------------------------------------------------------- over the network
+
+void acquire_release(benchmark::State& state, std::size_t n) {
+  auto client = connect(n);
+  std::uint64_t failed = 0;
+  {
+    const AllocScope allocs(state);
+    for (auto _ : state) {
+      const Result r = client->acquire(fresh_name());
+      if (r) {
+        client->release(*r.lock);
+      } else {
+        ++failed;
+      }
+    }
+  }
+  state.counters["failed"] = static_cast<double>(failed);
+}
+
+// One blocking acquire + release cycle (2 rounds), fresh resource each time.
+void BM_AcquireRelease_N1(benchmark::State& state) { acquire_release(state, 1); }
+void BM_AcquireRelease_N3(benchmark::State& state) { acquire_release(state, 3); }
+void BM_AcquireRelease_N5(benchmark::State& state) { acquire_release(state, 5); }
+BENCHMARK(BM_AcquireRelease_N1)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AcquireRelease_N3)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AcquireRelease_N5)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// A fenced acquire (AcquireOptions::fencing: one more parallel round for the fencing
+// counter) + release. Waits first until every master's counter has been caught up.
+void BM_AcquireReleaseFenced_N5(benchmark::State& state) {
+  auto client = connect(5);
+  redlock::AcquireOptions fenced;
+  fenced.fencing = true;
+  for (int i = 0; i < 200; ++i) {  // catch-up runs in the background after connecting
+    const Result r = client->acquire(fresh_name(), fenced);
+    if (r) {
+      client->release(*r.lock);
+      if (r.count(redlock::MasterStatus::ok) == 5) break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  std::uint64_t failed = 0;
+  {
+    const AllocScope allocs(state);
+    for (auto _ : state) {
+      const Result r = client->acquire(fresh_name(), fenced);
+      if (r) {
+        client->release(*r.lock);
+      } else {
+        ++failed;
+      }
+    }
+  }
+  state.counters["failed"] = static_cast<double>(failed);
+}
+BENCHMARK(BM_AcquireReleaseFenced_N5)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The failure path: every master answers nil (held by another owner), the round is decided
+// "taken", and the library releases the attempt in the background. Reply handling of
+// refusals plus the quorum decision, end to end.
+void BM_AcquireTaken_N5(benchmark::State& state) {
+  auto owner = connect(5);
+  auto contender = connect(5);
+  const std::string resource = fresh_name();
+  redlock::AcquireOptions hold = with_retries();
+  hold.ttl = 60s;
+  const Result held = owner->acquire(resource, hold);
+  if (!held) {
+    state.SkipWithError("could not take the resource for the contender to fail on");
+    return;
+  }
+  std::uint64_t unexpected = 0;
+  {
+    const AllocScope allocs(state);
+    for (auto _ : state) {
+      const Result r = contender->acquire(resource);
+      if (r.outcome != redlock::Outcome::taken) ++unexpected;
+    }
+  }
+  owner->release(*held.lock);
+  state.counters["unexpected"] = static_cast<double>(unexpected);
+}
+BENCHMARK(BM_AcquireTaken_N5)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// K acquire_async -> release_async cycles started together; the iteration ends when all K
+// have completed. items_per_second = cycles per second with K in flight (batch-synchronous;
+// redlock_compare measures the steady-state pipeline).
+void BM_AcquireReleaseBatch_N5(benchmark::State& state) {
+  auto client = connect(5);
+  const auto k = static_cast<std::ptrdiff_t>(state.range(0));
+  std::atomic<std::uint64_t> failed{0};
+  {
+    const AllocScope allocs(state);
+    for (auto _ : state) {
+      std::latch all_done(k);
+      for (std::ptrdiff_t i = 0; i < k; ++i) {
+        client->acquire_async(fresh_name(), [&](Result r) {
+          if (!r) {
+            failed.fetch_add(1);
+            all_done.count_down();
+            return;
+          }
+          client->release_async(std::move(*r.lock), [&](Result released) {
+            if (!released) failed.fetch_add(1);
+            all_done.count_down();
+          });
+        });
+      }
+      all_done.wait();
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * k);
+  state.counters["failed"] = static_cast<double>(failed.load());
+}
+BENCHMARK(BM_AcquireReleaseBatch_N5)->Arg(1)->Arg(16)->Arg(64)->Arg(256)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// ---------------------------------------------------------------------- no network
+
+// The fixed cost of a blocking call: post to the loop thread, validate, answer, wake the
+// caller. An empty resource is rejected on the loop before anything is sent.
+void BM_HandOff_InvalidResource(benchmark::State& state) {
+  auto client = connect(1);
+  std::uint64_t unexpected = 0;
+  {
+    const AllocScope allocs(state);
+    for (auto _ : state) {
+      const Result r = client->acquire("");
+      if (r.outcome != redlock::Outcome::invalid_argument) ++unexpected;
+    }
+  }
+  state.counters["unexpected"] = static_cast<double>(unexpected);
+}
+BENCHMARK(BM_HandOff_InvalidResource)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The syscall behind every token: 16 bytes from getrandom(2) (the library then hex-encodes
+// them; that part is internal and not measured here).
+void BM_Getrandom16(benchmark::State& state) {
+  unsigned char bytes[16];
+  for (auto _ : state) {
+    const ssize_t got = getrandom(bytes, sizeof(bytes), 0);
+    benchmark::DoNotOptimize(got);
+    benchmark::DoNotOptimize(bytes);
+  }
+}
+BENCHMARK(BM_Getrandom16);
+
+// A realistic five-master Result, taken from a real acquire.
+Result sample_result() {
+  static const Result result = [] {
+    auto client = connect(5);
+    Result r = client->acquire(fresh_name(), with_retries());
+    if (r) client->release(*r.lock);
+    return r;
+  }();
+  return result;
+}
+
+void BM_ResultFormat(benchmark::State& state) {
+  const Result r = sample_result();
+  const AllocScope allocs(state);
+  for (auto _ : state) benchmark::DoNotOptimize(redlock::format_result(r));
+}
+BENCHMARK(BM_ResultFormat);
+
+// What handing a Result around by value costs (callbacks take it by value).
+void BM_ResultCopy_N5(benchmark::State& state) {
+  const Result r = sample_result();
+  const AllocScope allocs(state);
+  for (auto _ : state) {
+    Result copy = r;
+    benchmark::DoNotOptimize(copy);
+  }
+}
+BENCHMARK(BM_ResultCopy_N5);
+
+void BM_ResultCount_N5(benchmark::State& state) {
+  const Result r = sample_result();
+  for (auto _ : state) benchmark::DoNotOptimize(r.count(redlock::MasterStatus::ok));
+}
+BENCHMARK(BM_ResultCount_N5);
+
+// A lock holder's check before doing work.
+void BM_Remaining(benchmark::State& state) {
+  auto client = connect(1);
+  const Result r = client->acquire(fresh_name(), with_retries());
+  if (!r) {
+    state.SkipWithError("acquire failed");
+    return;
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(client->remaining(*r.lock));
+  client->release(*r.lock);
+}
+BENCHMARK(BM_Remaining);
+
+// Configuration path (not hot, but public): one master URI with credentials and a db.
+void BM_EndpointParse(benchmark::State& state) {
+  const AllocScope allocs(state);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(redlock::Endpoint::parse("redis://user:s%40cret@127.0.0.1:6380/2"));
+  }
+}
+BENCHMARK(BM_EndpointParse);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Our own flag first (Google Benchmark rejects flags it does not know).
+  bool pin = false;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--pin") == 0) {
+      pin = true;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  std::signal(SIGPIPE, SIG_IGN);
+  if (pin && bench::online_cpus() >= 2) pin = bench::pin_this_thread(0);
+
+  for (int i = 0; i < 5; ++i) {
+    g_masters.push_back(std::make_unique<redlock::support::RedisServer>());
+    if (pin) bench::pin_process(g_masters.back()->pid(), 1);
+  }
+  benchmark::AddCustomContext("masters", "5 local redis-servers on 127.0.0.1");
+  benchmark::AddCustomContext("pinned", pin ? "client CPU 0, masters CPU 1" : "no");
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  g_masters.clear();
+  return 0;
+}

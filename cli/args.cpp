@@ -1,0 +1,280 @@
+#include "args.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <limits>
+
+namespace redlock_cli {
+namespace {
+
+constexpr const char* kDescription =
+    "redlock: hold a Redlock (a lock granted by a majority of N independent Redis masters) "
+    "from the shell.";
+
+constexpr const char* kFooter = R"(Durations: 500ms, 10s, 1.5s, 2m, 1h; a plain number is milliseconds.
+Restart guard: a master that (re)started less than --max-lock-ttl ago may have forgotten
+  locks, so its votes do not count yet; against freshly started masters every acquire fails
+  (69) until then. --no-restart-guard turns this off (only safe with persistent masters).
+Masters: -m/--master once per master, or REDLOCK_MASTERS="redis://h1:6379,redis://h2:6379,..."
+  (used only when no --master is given). URI form: redis://[user:password@]host[:port][/db].
+
+Exit status (sysexits.h):
+  0    success (run: the command's own exit status; 128+N if it was killed by signal N)
+  64   EX_USAGE        bad arguments: unparseable duration, bad master URI, no masters, ...
+  69   EX_UNAVAILABLE  no quorum of masters answered in time (or another failure)
+  70   EX_SOFTWARE     internal error;  71 EX_OSERR: run could not start the command
+  73   EX_CANTCREAT    the lock is held by another owner (acquire, run)
+  75   EX_TEMPFAIL     the lock was lost: extend refused, or (run) the lease ran out while
+                       the command was running (run sends it SIGTERM and waits for it)
+  126  run: the command is not executable;  127: the command was not found
+
+Examples:
+  redlock -m redis://a:6379 -m redis://b:6379 -m redis://c:6379 run nightly-report -- ./report.sh
+  token=$(redlock acquire deploy) && ... && redlock release deploy "$token")";
+
+// Accepts "12", "12.5" (digits, optional fraction) followed by "", "ms", "s", "m" or "h".
+// Returns false when the text does not match or the value is not a whole number of ms.
+bool to_milliseconds(std::string_view text, long long& out, bool& too_large) {
+  constexpr long long kMax = 366LL * 24 * 3600 * 1000;  // a year: far beyond any sane lease
+  std::size_t i = 0;
+  long long whole = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    if (whole > kMax) {
+      too_large = true;
+      return false;
+    }
+    whole = whole * 10 + (text[i] - '0');
+    ++i;
+  }
+  if (i == 0) return false;
+  long long fraction = 0;
+  long long scale = 1;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    const std::size_t start = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+      if (scale >= 1'000'000'000) return false;  // more precision than anyone means
+      fraction = fraction * 10 + (text[i] - '0');
+      scale *= 10;
+      ++i;
+    }
+    if (i == start) return false;
+  }
+  const std::string_view unit = text.substr(i);
+  long long multiplier = 0;
+  if (unit.empty() || unit == "ms") {
+    multiplier = 1;
+  } else if (unit == "s") {
+    multiplier = 1000;
+  } else if (unit == "m") {
+    multiplier = 60 * 1000;
+  } else if (unit == "h") {
+    multiplier = 3600 * 1000;
+  } else {
+    return false;
+  }
+  if (whole > kMax / multiplier) {
+    too_large = true;
+    return false;
+  }
+  if ((fraction * multiplier) % scale != 0) return false;  // e.g. 0.5ms
+  out = whole * multiplier + fraction * multiplier / scale;
+  if (out > kMax) {
+    too_large = true;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    out.push_back(byte < 0x20 || byte == 0x7f ? '?' : c);
+  }
+  return out;
+}
+
+std::chrono::milliseconds parse_duration(std::string_view text, std::string_view option) {
+  long long value = 0;
+  bool too_large = false;
+  if (!to_milliseconds(text, value, too_large)) {
+    std::string message = "invalid duration '" + printable(text) + "' for " + std::string(option);
+    message += too_large ? ": longer than a year"
+                         : ": expected a whole number of milliseconds such as 500ms, 10s, 1.5s, 2m or 1h "
+                           "(a plain number is milliseconds)";
+    throw UsageError(message);
+  }
+  return std::chrono::milliseconds(value);
+}
+
+std::vector<std::string> split_masters(std::string_view text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    auto end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view item = text.substr(start, end - start);
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (!item.empty()) out.emplace_back(item);
+    start = end + 1;
+  }
+  return out;
+}
+
+void define_interface(CLI::App& app, Args& args) {
+  app.description(kDescription);
+  app.footer(kFooter);
+  app.require_subcommand(1);
+  app.fallthrough();  // global options may also follow the subcommand
+  app.set_version_flag("--version", std::string("redlock ") + REDLOCK_CLI_VERSION);
+
+  app.add_option("-m,--master", args.masters,
+                 "A Redis master, redis://[user:password@]host[:port][/db]. Repeat once per master "
+                 "(default: $REDLOCK_MASTERS, comma-separated)")
+      ->type_name("URI")
+      ->allow_extra_args(false);
+  app.add_option("--ttl", args.ttl, "Lease time of the lock (default 10s)")->type_name("DURATION");
+  app.add_option("--retry-count", args.retry_count,
+                 "Retries after a failed acquire attempt, 0 = one attempt only (default 3)")
+      ->type_name("N");
+  app.add_option("--retry-delay", args.retry_delay,
+                 "Pause between acquire attempts, +-50% random jitter (default 200ms +-100ms)")
+      ->type_name("DURATION");
+  app.add_option("--command-timeout", args.command_timeout,
+                 "Deadline for each master's reply in one round (default 50ms)")
+      ->type_name("DURATION");
+  app.add_option("--prefix", args.prefix, "Prepended to the resource name to make the Redis key")
+      ->type_name("TEXT")
+      ->capture_default_str();
+  app.add_option("--max-lock-ttl", args.max_lock_ttl,
+                 "The longest ttl any holder of these locks uses: a master that restarted less than this "
+                 "long ago has forgotten locks, so its votes are not counted (default: --ttl rounded up to "
+                 "whole seconds, plus 1s)")
+      ->type_name("DURATION");
+  app.add_flag("--no-restart-guard", args.no_restart_guard,
+               "Count a master's votes even right after it (re)started. Safe only when every master "
+               "persists its keys (appendonly yes, appendfsync always)");
+  app.add_flag("--json", args.json,
+               "Machine-readable output: one JSON object (on stdout; run: on stderr, when it ends)");
+  app.add_flag("-q,--quiet", args.quiet, "No diagnostics on stderr (usage errors excepted)");
+
+  auto* acquire = app.add_subcommand(
+      "acquire", "Acquire RESOURCE and print its token; the lock stays until its ttl ends or it is released");
+  acquire->add_option("RESOURCE", args.resource, "Name of the lock")->required();
+  acquire->add_option("--wait", args.wait,
+                      "Keep retrying until this much time has passed (default: --retry-count retries)")
+      ->type_name("DURATION");
+
+  auto* release = app.add_subcommand("release", "Release RESOURCE held with TOKEN (from acquire)");
+  release->add_option("RESOURCE", args.resource, "Name of the lock")->required();
+  release->add_option("TOKEN", args.token, "The token acquire printed")->required();
+
+  auto* extend = app.add_subcommand(
+      "extend",
+      "Extend RESOURCE held with TOKEN to a fresh --ttl. The caller vouches that it still holds the lock; "
+      "the masters refuse if the key is gone or has another token");
+  extend->add_option("RESOURCE", args.resource, "Name of the lock")->required();
+  extend->add_option("TOKEN", args.token, "The token acquire printed")->required();
+
+  auto* run = app.add_subcommand(
+      "run",
+      "Acquire RESOURCE, run COMMAND (given after --) while extending the lease every ttl/3, release "
+      "when it exits, and exit with its status. SIGINT, SIGTERM and SIGHUP are forwarded to it");
+  run->add_option("RESOURCE", args.resource, "Name of the lock")->required();
+  run->add_option("COMMAND", args.program, "The command and its arguments, after --")->required();
+  run->add_option("--wait", args.wait,
+                  "Keep retrying the acquire until this much time has passed (default: --retry-count retries)")
+      ->type_name("DURATION");
+  run->add_flag("--no-extend", args.no_extend,
+                "Hold the lock for one ttl only; if the command is still running when the lease ends, "
+                "it gets SIGTERM and redlock exits 75");
+}
+
+void finish_parse(const CLI::App& app, Args& args) {
+  args.retry_count_given = app.count("--retry-count") > 0;
+  const auto chosen = app.get_subcommands();
+  const std::string name = chosen.empty() ? std::string("acquire") : chosen.front()->get_name();
+  if (name == "release") {
+    args.command = CommandKind::release;
+  } else if (name == "extend") {
+    args.command = CommandKind::extend;
+  } else if (name == "run") {
+    args.command = CommandKind::run;
+  } else {
+    args.command = CommandKind::acquire;
+  }
+}
+
+Settings resolve(const Args& args) {
+  Settings settings;
+  settings.command = args.command;
+  settings.json = args.json;
+  settings.quiet = args.quiet;
+  settings.no_extend = args.no_extend;
+  settings.program = args.program;
+  settings.resource = args.resource;
+  settings.token = args.token;
+
+  auto& client = settings.client;
+  client.masters = args.masters;
+  if (client.masters.empty()) {
+    if (const char* env = std::getenv("REDLOCK_MASTERS")) client.masters = split_masters(env);
+  }
+  if (client.masters.empty()) {
+    throw UsageError("no masters: give --master redis://host:port once per master, or set REDLOCK_MASTERS");
+  }
+  // The library validates all of these too (redlock::ConfigError), but names the
+  // ClientOptions field; checking here names the flag the user typed.
+  if (!args.ttl.empty()) {
+    client.ttl = parse_duration(args.ttl, "--ttl");
+    if (client.ttl.count() == 0) throw UsageError("--ttl must be positive (got '" + printable(args.ttl) + "')");
+  }
+  if (args.retry_count_given) {
+    if (args.retry_count < 0) {
+      throw UsageError("--retry-count must not be negative (got " + std::to_string(args.retry_count) + ")");
+    }
+    client.retry_count = args.retry_count;
+  }
+  if (!args.retry_delay.empty()) {
+    client.retry_delay = parse_duration(args.retry_delay, "--retry-delay");
+    client.retry_jitter = client.retry_delay / 2;
+  }
+  if (!args.command_timeout.empty()) {
+    client.command_timeout = parse_duration(args.command_timeout, "--command-timeout");
+    if (client.command_timeout.count() == 0) {
+      throw UsageError("--command-timeout must be positive (got '" + printable(args.command_timeout) + "')");
+    }
+  }
+  client.key_prefix = args.prefix;
+  client.restart_guard = !args.no_restart_guard;
+  if (!args.max_lock_ttl.empty()) client.max_lock_ttl = parse_duration(args.max_lock_ttl, "--max-lock-ttl");
+
+  if (!args.wait.empty()) {
+    settings.acquire.wait = parse_duration(args.wait, "--wait");
+    // --wait alone: retry until it runs out. With --retry-count too: whichever ends first.
+    if (!args.retry_count_given) settings.acquire.retry_count = -1;
+  }
+
+  if (settings.resource.empty()) throw UsageError("the resource name is empty");
+  if (settings.resource.size() > redlock::kMaxResourceSize) {
+    throw UsageError("the resource name is " + std::to_string(settings.resource.size()) +
+                     " bytes, more than the maximum " + std::to_string(redlock::kMaxResourceSize));
+  }
+  if ((settings.command == CommandKind::release || settings.command == CommandKind::extend) &&
+      settings.token.empty()) {
+    throw UsageError("the token is empty");
+  }
+  if (settings.command == CommandKind::run && settings.program.empty()) {
+    throw UsageError("run needs a command: redlock run RESOURCE -- command [args...]");
+  }
+  settings.key = client.key_prefix + settings.resource;
+  return settings;
+}
+
+}  // namespace redlock_cli

@@ -1,0 +1,82 @@
+// cli/args.h — the command line: CLI11 definitions, duration parsing, and the resolved
+// settings (redlock::ClientOptions + per-command values) the commands run with.
+#pragma once
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redlock/options.h"
+
+namespace CLI {
+class App;
+}
+
+namespace redlock_cli {
+
+// Bad input found by the tool itself (exit 64). The library reports its own as
+// redlock::ConfigError, which is treated the same way.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class CommandKind { acquire, release, extend, run };
+
+// The raw command line, as CLI11 fills it in.
+struct Args {
+  std::vector<std::string> masters;
+  std::string ttl;              // empty: library default (10 s)
+  int retry_count = 0;          // used only when retry_count_given
+  bool retry_count_given = false;
+  std::string retry_delay;      // empty: library default
+  std::string command_timeout;  // empty: library default
+  std::string prefix = "redlock:";
+  std::string max_lock_ttl;     // empty: library default (ttl rounded up to seconds, + 1 s)
+  bool no_restart_guard = false;
+  bool json = false;
+  bool quiet = false;
+
+  CommandKind command = CommandKind::acquire;
+  std::string resource;
+  std::string token;                 // release, extend
+  std::string wait;                  // acquire, run; empty: the client's retries
+  bool no_extend = false;            // run
+  std::vector<std::string> program;  // run: the command and its arguments
+};
+
+// Everything a command needs, validated.
+struct Settings {
+  CommandKind command = CommandKind::acquire;
+  redlock::ClientOptions client;
+  redlock::AcquireOptions acquire;  // acquire, run
+  std::string resource;
+  std::string key;                  // prefix + resource
+  std::string token;                // release, extend
+  bool no_extend = false;
+  std::vector<std::string> program;
+  bool json = false;
+  bool quiet = false;
+};
+
+// Defines the options and subcommands on `app`, writing into `args`.
+void define_interface(CLI::App& app, Args& args);
+// After a successful app.parse(): records which subcommand ran and which options were given.
+void finish_parse(const CLI::App& app, Args& args);
+// Validates and converts. Throws UsageError naming the bad value. (Master URIs are checked by
+// the library when the Client is built: redlock::ConfigError.)
+[[nodiscard]] Settings resolve(const Args& args);
+
+// "500ms", "10s", "1.5s", "2m", "1h"; a plain number is milliseconds. Throws UsageError
+// naming `option` and the text.
+[[nodiscard]] std::chrono::milliseconds parse_duration(std::string_view text, std::string_view option);
+
+// Splits REDLOCK_MASTERS-style text: comma-separated, blanks around entries ignored.
+[[nodiscard]] std::vector<std::string> split_masters(std::string_view text);
+
+// `text` with control bytes replaced by '?', for messages.
+[[nodiscard]] std::string printable(std::string_view text);
+
+}  // namespace redlock_cli

@@ -1,0 +1,78 @@
+#include "output.h"
+
+#include <string>
+
+namespace redlock_cli {
+namespace {
+
+double to_ms(std::chrono::microseconds value) { return static_cast<double>(value.count()) / 1000.0; }
+
+void write_line(std::FILE* stream, std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stream);
+  std::fputc('\n', stream);
+  std::fflush(stream);
+}
+
+}  // namespace
+
+Json result_json(const redlock::Result& result, std::string_view command, std::string_view resource,
+                 std::string_view key, std::string_view token) {
+  Json object;
+  object["command"] = std::string(command);
+  object["resource"] = std::string(resource);
+  object["key"] = result.lock ? result.lock->key : std::string(key);
+  object["outcome"] = std::string(redlock::to_string(result.outcome));
+  object["ok"] = result.ok();
+  if (result.lock) {
+    object["token"] = result.lock->token;
+    object["ttl_ms"] = result.lock->ttl.count();
+  } else if (!token.empty()) {
+    object["token"] = std::string(token);
+  } else {
+    object["token"] = nullptr;
+  }
+  object["validity_ms"] = to_ms(result.validity);
+  object["attempts"] = result.attempts;
+  object["message"] = result.message;
+  Json masters = Json::array();
+  for (const auto& master : result.masters) {
+    Json entry;
+    entry["endpoint"] = master.endpoint;
+    entry["status"] = std::string(redlock::to_string(master.status));
+    entry["latency_ms"] = to_ms(master.latency);
+    entry["error"] = master.error;
+    masters.push_back(std::move(entry));
+  }
+  object["masters"] = std::move(masters);
+  return object;
+}
+
+void Output::note(std::string_view text) const {
+  if (quiet_) return;
+  write_line(stderr, "redlock: " + std::string(text));
+}
+
+void Output::failure(std::string_view headline, const redlock::Result& result) const {
+  if (quiet_) return;
+  std::string text = "redlock: " + std::string(headline) + "\n";
+  // format_result: the outcome line, then one row per master; indent it under the headline.
+  const std::string table = redlock::format_result(result);
+  std::size_t start = 0;
+  while (start < table.size()) {
+    auto end = table.find('\n', start);
+    if (end == std::string::npos) end = table.size();
+    text += "  " + table.substr(start, end - start) + "\n";
+    start = end + 1;
+  }
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  write_line(stderr, text);
+}
+
+void Output::emit(std::FILE* stream, const Json& object) {
+  // Replace, never throw, on bytes that are not UTF-8 (resource names are binary-safe).
+  write_line(stream, object.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
+void print_error(std::string_view text) { write_line(stderr, "redlock: " + std::string(text)); }
+
+}  // namespace redlock_cli
