@@ -30,6 +30,7 @@ int main() {
   using namespace std::chrono_literals;
   std::printf("starting 5 redis-server masters on loopback...\n");
   redlock::support::RedisServerGroup masters(5);
+  const auto masters_started = std::chrono::steady_clock::now();
 
   redlock::ClientOptions options;
   options.masters = masters.uris();
@@ -73,15 +74,16 @@ int main() {
   // grants do not count until it has been up longer than any lock's ttl.
   redlock::ClientOptions guarded = options;
   guarded.restart_guard = true;
-  guarded.ttl = 500ms;
-  guarded.max_lock_ttl = 1s;
+  guarded.ttl = 1s;
+  guarded.max_lock_ttl = 4s;  // generous, so the scene below fits in it even on a loaded machine
   redlock::Client carol(guarded);
-  std::this_thread::sleep_for(1100ms);  // every master has now been up for more than 1 s
+  // Every master must have been up for longer than max_lock_ttl before the guard counts it.
+  std::this_thread::sleep_until(masters_started + guarded.max_lock_ttl + 200ms);
   std::printf("\nrestarting %s without persistence (it forgets every key)\n", masters[0].uri().c_str());
   masters[0].restart();
   carol.wait_connected(5, 2s);
   auto guarded_result = carol.acquire("payments:batch-44");
-  show("carol acquires with the restart guard on (max_lock_ttl 1 s): four masters still count", guarded_result);
+  show("carol acquires with the restart guard on (max_lock_ttl 4 s): four masters still count", guarded_result);
   redlock::ClientOptions only_restarted = guarded;
   only_restarted.masters = {masters[0].uri()};
   redlock::Client dave(only_restarted);
