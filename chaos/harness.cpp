@@ -139,7 +139,7 @@ Config parse_args(int argc, char** argv) {
     if (c.scenario != "none") usage("failover and get-then-del bring their own fault; use --scenario none");
   }
   if (c.ttl.count() == 0) {
-    c.ttl = c.strategy == "failover" ? 5000ms : c.strategy == "get-then-del" ? 100ms : 1000ms;
+    c.ttl = c.strategy == "failover" ? 2500ms : c.strategy == "get-then-del" ? 100ms : 1000ms;
   }
   if (c.hold.count() == 0) {
     c.hold = c.strategy == "get-then-del" ? c.ttl - 10ms : c.strategy == "failover" ? 10ms : 20ms;
@@ -335,10 +335,18 @@ void single_master_worker(const WorkerContext& w) {
       continue;
     }
     while (!w.shared.stop.load() && w.shared.master_port.load() == port) {
+      // Counted as busy BEFORE looking at the gate: once the parent closed the gate and saw
+      // `holding` at 0, no client can still be on its way to a SET.
+      w.shared.holding.fetch_add(1);
       if (w.shared.gate_closed.load()) {
+        w.shared.holding.fetch_sub(1);
         std::this_thread::sleep_for(1ms);
         continue;
       }
+      struct Busy {  // undoes the increment above on every way out of this iteration
+        std::atomic<int>& holding;
+        ~Busy() { holding.fetch_sub(1); }
+      } busy{w.shared.holding};
       Event base;
       base.process = w.me;
       base.resource = kResource;
@@ -366,7 +374,6 @@ void single_master_worker(const WorkerContext& w) {
         continue;
       }
       const bool long_hold = w.shared.long_hold.load();
-      w.shared.holding.fetch_add(1);
       std::string acked;
       if (failover) {
         ReplyPtr wait = run(c.get(), {"WAIT", "1", "50"});
@@ -406,7 +413,6 @@ void single_master_worker(const WorkerContext& w) {
         }
       }
       history.write(base);
-      w.shared.holding.fetch_sub(1);
     }
   }
 }
@@ -594,46 +600,50 @@ bool link_up(const RedisServer& replica) {
   }
 }
 
-// Seed 002, deterministically: stall the replica (CLIENT PAUSE), let a client acquire on the
-// master (its WAIT 1 returns 0), SIGKILL the master, promote the replica (REPLICAOF NO ONE)
-// and point the clients at it: the next SET NX there succeeds while the first holder still
-// holds. Then the old master comes back as the new replica and the roles swap.
+// Seed 002, deterministically. The replica's link drops (REPLICAOF NO ONE after it caught
+// up: WAIT 1 on the master), a client acquires on the master (its WAIT 1 returns 0), the
+// master is SIGKILLed and the clients move to the replica, which never saw that SET: the next
+// SET NX there succeeds while the first holder still holds. The old master comes back as the
+// new replica and the roles swap.
+// (A CLIENT PAUSE of the replica is not enough: the master's replication stream waits in the
+// replica's socket and is applied when the pause ends, so the grant sometimes survives.)
 void failovers(Run& run, Shared& shared, RedisServer* master, RedisServer* replica) {
-  constexpr auto kPause = 600ms;
   while (!run.over()) {
     const auto link_deadline = std::chrono::steady_clock::now() + 5s;
     while (!link_up(*replica) && std::chrono::steady_clock::now() < link_deadline) run.sleep_exactly(20ms);
     run.sleep(300ms);  // ordinary grants with replication working
     if (run.over()) break;
     // Close the gate and let the current holder release, so that the next grant is made
-    // on the master while the replica is stalled.
+    // on the master after the replica stopped following it.
     shared.gate_closed.store(true);
     const auto drain_deadline = std::chrono::steady_clock::now() + 3s;
     while (shared.holding.load() > 0 && std::chrono::steady_clock::now() < drain_deadline) run.sleep_exactly(1ms);
     run.sleep_exactly(5ms);  // a client that passed the gate just before it closed has answered by now
     while (shared.holding.load() > 0 && std::chrono::steady_clock::now() < drain_deadline) run.sleep_exactly(1ms);
-    const std::int64_t stall = run.fault_start("CLIENT PAUSE " + std::to_string(kPause.count()) +
-                                               " ALL on replica 127.0.0.1:" + std::to_string(replica->port()));
-    const auto paused_at = std::chrono::steady_clock::now();
-    replica->command({"CLIENT", "PAUSE", std::to_string(kPause.count()), "ALL"});
+    // The releases so far must have reached the replica, or it would keep a released key
+    // (e.g. from a full sync still in progress) and refuse everyone after the failover.
+    if (master->command({"WAIT", "1", "1000"}).integer < 1) {
+      shared.gate_closed.store(false);
+      continue;
+    }
+    const std::int64_t unlink = run.fault_start("replication link dropped: REPLICAOF NO ONE on replica 127.0.0.1:" +
+                                                std::to_string(replica->port()));
+    replica->command({"REPLICAOF", "NO", "ONE"});
     shared.long_hold.store(true);
     const long grants = shared.grants.load();
     shared.gate_closed.store(false);
-    while (shared.grants.load() == grants && std::chrono::steady_clock::now() - paused_at < kPause - 200ms) {
-      run.sleep_exactly(1ms);
-    }
-    // The holder read long_hold before it entered; later grants (after the promotion) are short.
+    const auto grant_deadline = std::chrono::steady_clock::now() + 1s;
+    while (shared.grants.load() == grants && std::chrono::steady_clock::now() < grant_deadline) run.sleep_exactly(1ms);
+    // The holder read long_hold before it entered; later grants (after the failover) are short.
     const auto enter_deadline = std::chrono::steady_clock::now() + 100ms;
     while (shared.inside.load() == 0 && std::chrono::steady_clock::now() < enter_deadline) run.sleep_exactly(1ms);
     shared.long_hold.store(false);
-    const std::int64_t kill = run.fault_start("SIGKILL " + master_name(*master) + ", promote replica 127.0.0.1:" +
+    const std::int64_t kill = run.fault_start("SIGKILL " + master_name(*master) + ", clients moved to 127.0.0.1:" +
                                               std::to_string(replica->port()));
     master->kill();
-    run.sleep_exactly(paused_at + kPause + 30ms - std::chrono::steady_clock::now());
-    run.fault_end(stall);
-    replica->command({"REPLICAOF", "NO", "ONE"});
     shared.master_port.store(replica->port());
     run.sleep_exactly(1000ms);  // the clients find the new master and acquire there
+    run.fault_end(unlink);
     master->restart();
     master->command({"REPLICAOF", "127.0.0.1", std::to_string(replica->port())});
     run.fault_end(kill);
