@@ -77,6 +77,24 @@ void overlapping_pairs(std::vector<T> items, Start start, End end, std::int64_t 
   }
 }
 
+// A violation between two records of one resource (grants or oracle occupancies), both of
+// which carry resource, process, token and fence.
+template <class Record>
+Violation pair_violation(ViolationKind kind, const Record& a, const Record& b, std::int64_t from, std::int64_t to) {
+  Violation v;
+  v.kind = kind;
+  v.resource = a.resource;
+  v.process_a = a.process;
+  v.process_b = b.process;
+  v.token_a = a.token;
+  v.token_b = b.token;
+  v.fence_a = a.fence;
+  v.fence_b = b.fence;
+  v.overlap_start_ns = from;
+  v.overlap_end_ns = to;
+  return v;
+}
+
 }  // namespace
 
 std::string_view to_string(ViolationKind kind) noexcept {
@@ -207,17 +225,7 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
   overlapping_pairs(
       grants, [](const Grant& g) { return g.granted_ns; }, [](const Grant& g) { return g.end(); },
       options.tolerance_ns, [&](const Grant& a, const Grant& b, std::int64_t from, std::int64_t to) {
-        Violation v;
-        v.kind = ViolationKind::mutual_exclusion;
-        v.resource = a.resource;
-        v.process_a = a.process;
-        v.process_b = b.process;
-        v.token_a = a.token;
-        v.token_b = b.token;
-        v.fence_a = a.fence;
-        v.fence_b = b.fence;
-        v.overlap_start_ns = from;
-        v.overlap_end_ns = to;
+        Violation v = pair_violation(ViolationKind::mutual_exclusion, a, b, from, to);
         v.faults = active_faults(faults, a.granted_ns, to);
         v.description = "process " + std::to_string(b.process) + " was granted '" + b.resource + "' while process " +
                         std::to_string(a.process) + "'s grant was still valid and unreleased (overlap " +
@@ -228,17 +236,7 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
   overlapping_pairs(
       occupancies, [](const Occupancy& o) { return o.enter_ns; }, [](const Occupancy& o) { return o.leave_ns; },
       options.tolerance_ns, [&](const Occupancy& a, const Occupancy& b, std::int64_t from, std::int64_t to) {
-        Violation v;
-        v.kind = ViolationKind::oracle;
-        v.resource = a.resource;
-        v.process_a = a.process;
-        v.process_b = b.process;
-        v.token_a = a.token;
-        v.token_b = b.token;
-        v.fence_a = a.fence;
-        v.fence_b = b.fence;
-        v.overlap_start_ns = from;
-        v.overlap_end_ns = to;
+        Violation v = pair_violation(ViolationKind::oracle, a, b, from, to);
         v.faults = active_faults(faults, a.enter_ns, to);
         v.description = "processes " + std::to_string(a.process) + " and " + std::to_string(b.process) +
                         " were both inside the oracle resource '" + a.resource + "' for " + ms(to - from);

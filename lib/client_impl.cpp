@@ -15,8 +15,6 @@ using std::chrono::microseconds;
 
 namespace {
 
-std::uint64_t to_ns(Milliseconds value) { return static_cast<std::uint64_t>(value.count()) * 1'000'000u; }
-
 std::string ms_text(microseconds value) {
   char text[48];
   std::snprintf(text, sizeof(text), "%.3f ms", static_cast<double>(value.count()) / 1000.0);
@@ -301,7 +299,7 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   const auto delay_ms = std::max<long long>(
       0, options_.retry_delay.count() + std::uniform_int_distribution<long long>(
                                             -options_.retry_jitter.count(), options_.retry_jitter.count())(jitter_rng_));
-  const std::uint64_t retry_at = now_ns() + static_cast<std::uint64_t>(delay_ms) * 1'000'000u;
+  const std::uint64_t retry_at = now_ns() + to_ns(Milliseconds(delay_ms));
   const bool within_wait = op->wait_deadline_ns == 0 || retry_at < op->wait_deadline_ns;
   if (op->retries_left == 0 || !within_wait || shutting_down_) {
     finish(op, std::move(result));

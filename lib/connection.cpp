@@ -31,10 +31,6 @@ struct WriteRequest {
   std::string data;
 };
 
-std::uint64_t to_ns(Milliseconds ms) {
-  return static_cast<std::uint64_t>(ms.count()) * 1'000'000u;
-}
-
 std::string uv_error(const char* what, int code) {
   return std::string(what) + ": " + uv_err_name(code) + " (" + uv_strerror(code) + ")";
 }
@@ -77,7 +73,7 @@ void Connection::connect() {
   state_ = State::connecting;
   ++generation_;
   const auto generation = generation_;
-  connect_timer_ = loop_.schedule_at(now_ns() + to_ns(options_.connect_timeout), [this, generation] {
+  connect_timer_ = loop_.schedule_after(options_.connect_timeout, [this, generation] {
     connect_timer_ = 0;
     if (generation == generation_ && (state_ == State::connecting || state_ == State::handshaking)) {
       fail("connect timed out after " + std::to_string(options_.connect_timeout.count()) + " ms");
@@ -297,7 +293,10 @@ void Connection::on_handshake_reply(Step step, const redisReply* reply) {
 
 bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag) {
   if (state_ == State::disconnected || state_ == State::closed) return false;
-  if (pending_.size() >= kMaxOutstanding) return false;
+  if (pending_.size() >= kMaxOutstanding) {
+    last_error_ = "backlog of " + std::to_string(pending_.size()) + " commands without a reply";
+    return false;
+  }
   out_.append(encoded);
   pending_.push_back({std::move(sink), tag, now_ns(), Step::command});
   if (stall_timer_ == 0 && options_.stall_timeout.count() > 0) arm_stall_check();
@@ -378,7 +377,7 @@ void Connection::fail_pending(const std::string& reason) {
 void Connection::schedule_reconnect() {
   backoff_ = backoff_.count() == 0 ? options_.reconnect_min
                                    : std::min(backoff_ * 2, options_.reconnect_max);
-  reconnect_timer_ = loop_.schedule_at(now_ns() + to_ns(jittered(backoff_)), [this] {
+  reconnect_timer_ = loop_.schedule_after(jittered(backoff_), [this] {
     reconnect_timer_ = 0;
     if (state_ == State::disconnected) connect();
   });

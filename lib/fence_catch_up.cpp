@@ -3,14 +3,12 @@
 // read from enough OTHER masters that any quorum which acknowledged a token shares one with
 // them (N - quorum + 1 of the others; docs/fencing.md has the argument).
 #include <cstdlib>
-
 #include <utility>
 
 #include "detail/client_impl.h"
 
 namespace redlock::detail {
 namespace {
-
 
 class CatchUp final : public ReplySink, public std::enable_shared_from_this<CatchUp> {
  public:
@@ -64,9 +62,7 @@ class CatchUp final : public ReplySink, public std::enable_shared_from_this<Catc
     return op;
   }
 
-  std::uint64_t deadline_ns() const {
-    return static_cast<std::uint64_t>(impl_.options_.connect_timeout.count()) * 1'000'000u;
-  }
+  std::uint64_t deadline_ns() const { return to_ns(impl_.options_.connect_timeout); }
 
   void finish(bool raised) {
     done_ = true;
@@ -91,12 +87,11 @@ class CatchUp final : public ReplySink, public std::enable_shared_from_this<Catc
     ClientImpl* impl = &impl_;
     const std::uint32_t target = target_;
     const std::uint32_t epoch = epoch_;
-    impl_.loop_->schedule_at(now_ns() + static_cast<std::uint64_t>(impl_.options_.reconnect_min.count()) * 1'000'000u,
-                             [impl, target, epoch] {
-                               if (impl->views_[target].epoch == epoch && !impl->views_[target].fence_ready) {
-                                 impl->catch_up(target);
-                               }
-                             });
+    impl_.loop_->schedule_after(impl_.options_.reconnect_min, [impl, target, epoch] {
+      if (impl->views_[target].epoch == epoch && !impl->views_[target].fence_ready) {
+        impl->catch_up(target);
+      }
+    });
   }
 
   ClientImpl& impl_;

@@ -39,19 +39,17 @@ void ClientImpl::on_master_ready(std::uint32_t index) {
       // acknowledged before this restart has then executed on the masters we will read
       // (docs/fencing.md, assumption A3).
       const std::uint32_t epoch = view.epoch;
-      loop_->schedule_at(now_ns() + static_cast<std::uint64_t>(options_.command_timeout.count()) * 1'000'000u,
-                         [this, index, epoch] {
-                           if (views_[index].epoch == epoch && !views_[index].fence_ready) catch_up(index);
-                         });
+      loop_->schedule_after(options_.command_timeout, [this, index, epoch] {
+        if (views_[index].epoch == epoch && !views_[index].fence_ready) catch_up(index);
+      });
     } else {
       view.fence_ready = true;
     }
   }
   const auto& policy = info.maxmemory_policy;
   if (policy.rfind("allkeys-", 0) == 0) {
-    warn("master " + names_[index] + " has maxmemory-policy " + policy +
-         ": it may evict the fencing counter '" + options_.fence_key +
-         "' (which never expires); use noeviction or a volatile-* policy");
+    warn("master " + names_[index] + " has maxmemory-policy " + policy + ": it may evict the fencing counter '" +
+         options_.fence_key + "' (which never expires); use noeviction or a volatile-* policy");
   }
 }
 

@@ -23,6 +23,11 @@ namespace redlock::detail {
 // Monotonic nanoseconds, the time base of every deadline on the loop (uv_hrtime).
 inline std::uint64_t now_ns() noexcept { return uv_hrtime(); }
 
+// A (non-negative) millisecond duration in the nanoseconds of now_ns().
+inline std::uint64_t to_ns(std::chrono::milliseconds value) noexcept {
+  return value.count() > 0 ? static_cast<std::uint64_t>(value.count()) * 1'000'000u : 0;
+}
+
 class EventLoop {
  public:
   using Task = std::function<void()>;
@@ -45,6 +50,9 @@ class EventLoop {
 
   // Loop thread only. Runs `task` once now_ns() >= deadline. Ids are never reused.
   TimerId schedule_at(std::uint64_t deadline_ns, Task task);
+  TimerId schedule_after(std::chrono::milliseconds delay, Task task) {
+    return schedule_at(now_ns() + to_ns(delay), std::move(task));
+  }
   void cancel(TimerId id) noexcept;
 
   // Loop thread only. Runs `task` after the loop has next polled for I/O (without blocking),
