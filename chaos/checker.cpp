@@ -95,6 +95,27 @@ Violation pair_violation(ViolationKind kind, const Record& a, const Record& b, s
   return v;
 }
 
+// Per resource: the longest stretch after its first grant with no grant in force, counting
+// the tail up to the last acquire attempt.
+std::int64_t longest_no_grant(std::vector<Grant> grants, const std::map<std::string, std::int64_t>& last_acquire_ns) {
+  std::stable_sort(grants.begin(), grants.end(), [](const Grant& a, const Grant& b) {
+    if (a.resource != b.resource) return a.resource < b.resource;
+    return a.granted_ns < b.granted_ns;
+  });
+  std::int64_t longest = 0;
+  for (std::size_t i = 0; i < grants.size();) {
+    const std::string& resource = grants[i].resource;
+    std::int64_t covered_until = grants[i].end();
+    for (++i; i < grants.size() && grants[i].resource == resource; ++i) {
+      longest = std::max(longest, grants[i].granted_ns - covered_until);
+      covered_until = std::max(covered_until, grants[i].end());
+    }
+    const auto last = last_acquire_ns.find(resource);
+    if (last != last_acquire_ns.end() && covered_until != kNever) longest = std::max(longest, last->second - covered_until);
+  }
+  return longest;
+}
+
 }  // namespace
 
 std::string_view to_string(ViolationKind kind) noexcept {
@@ -128,6 +149,7 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
   std::map<int, std::size_t> open_occupancy;                      // process -> index
   std::map<std::int64_t, std::size_t> open_fault;
   std::set<int> processes;
+  std::map<std::string, std::int64_t> last_acquire_ns;  // resource -> last acquire event
 
   if (!history.empty()) {
     report.first_ns = history.front().t_ns;
@@ -136,8 +158,14 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
   for (const Event& e : history) {
     if (e.process >= 0) processes.insert(e.process);
     switch (e.type) {
-      case EventType::acquire_invoke: ++report.acquires; break;
-      case EventType::acquire_fail: ++report.failures; break;
+      case EventType::acquire_invoke:
+        ++report.acquires;
+        last_acquire_ns[e.resource] = e.t_ns;
+        break;
+      case EventType::acquire_fail:
+        ++report.failures;
+        last_acquire_ns[e.resource] = e.t_ns;
+        break;
       case EventType::acquire_ok: {
         ++report.grants;
         Grant g;
@@ -212,6 +240,8 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
   for (auto& o : occupancies) {
     if (o.leave_ns == kNever) o.leave_ns = report.last_ns;
   }
+
+  report.longest_no_grant_ns = longest_no_grant(grants, last_acquire_ns);
 
   auto add = [&](Violation v) {
     switch (v.kind) {
@@ -298,6 +328,7 @@ nlohmann::json CheckReport::to_json() const {
   j["faults"] = faults;
   j["processes"] = processes;
   j["duration_ms"] = static_cast<double>(last_ns - first_ns) / 1e6;
+  j["longest_no_grant_ms"] = static_cast<double>(longest_no_grant_ns) / 1e6;
   j["violations"] = {{"mutual_exclusion", mutual_exclusion_violations},
                      {"oracle", oracle_violations},
                      {"fencing", fencing_violations},
@@ -341,6 +372,8 @@ std::string CheckReport::table(std::size_t lines) const {
   row("late writes accepted", late_writes_accepted);
   row("late writes rejected", late_writes_rejected);
   row("faults injected", faults);
+  std::snprintf(buf, sizeof buf, "%-26s %10.0f\n", "longest no-grant gap (ms)", static_cast<double>(longest_no_grant_ns) / 1e6);
+  out << buf;
   row("live oracle conflicts", live_oracle_conflicts);
   row("VIOLATIONS mutual excl.", mutual_exclusion_violations);
   row("VIOLATIONS oracle", oracle_violations);

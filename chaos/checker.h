@@ -65,6 +65,10 @@ struct CheckReport {
   std::size_t processes = 0;
   std::int64_t first_ns = 0;
   std::int64_t last_ns = 0;
+  // Liveness: the longest time, after the first grant of a resource, during which nobody held
+  // it (no valid, unreleased grant) while clients kept trying to acquire it. A lock left
+  // behind forever (SETNX, then a crash before EXPIRE) shows up here, not as a violation.
+  std::int64_t longest_no_grant_ns = 0;
   // What went wrong.
   std::size_t mutual_exclusion_violations = 0;
   std::size_t oracle_violations = 0;

@@ -241,7 +241,7 @@ std::uint16_t pick_free_port(const std::string& address) {
 }
 
 // Resolved in the parent so a missing binary is a clear exception rather
-// than a child that exits 127, and so the child can use plain execv (execvp
+// than a child that exits 127, and so the child can use plain execve (execvp
 // is not async-signal-safe, and the parent may be multi-threaded).
 std::string resolve_executable(const std::string& name) {
   if (name.empty()) throw std::invalid_argument("RedisServerOptions::executable is empty");
@@ -299,6 +299,13 @@ void sleep_for(std::chrono::milliseconds ms) { std::this_thread::sleep_for(ms); 
 RedisServer::RedisServer(RedisServerOptions options) : options_(std::move(options)) {
   if (options_.start_timeout <= 0ms) {
     throw std::invalid_argument("RedisServerOptions::start_timeout must be positive");
+  }
+  for (const auto& entry : options_.environment) {
+    const auto eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw std::invalid_argument("RedisServerOptions::environment: '" + entry +
+                                  "' is not NAME=value");
+    }
   }
   executable_path_ = resolve_executable(options_.executable);
   dir_ = make_temp_dir();
@@ -495,6 +502,22 @@ void RedisServer::spawn() {
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
 
+  // The environment: ours, minus the names options_.environment sets, then those entries.
+  // Built here (not with setenv in the child) for the same reason as argv.
+  std::vector<char*> envp;
+  for (char** inherited = environ; inherited != nullptr && *inherited != nullptr; ++inherited) {
+    const std::string_view entry(*inherited);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    const bool replaced = std::any_of(
+        options_.environment.begin(), options_.environment.end(), [name](const std::string& extra) {
+          return extra.size() > name.size() && extra[name.size()] == '=' &&
+                 std::string_view(extra).substr(0, name.size()) == name;
+        });
+    if (!replaced) envp.push_back(*inherited);
+  }
+  for (auto& entry : options_.environment) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+
   // Early failures (bad arguments) go to stderr before redis opens its
   // logfile, so stdout/stderr append to the same file.
   const UniqueFd log_fd(::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
@@ -506,7 +529,7 @@ void RedisServer::spawn() {
   const int max_fd = ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < INT_MAX
                          ? static_cast<int>(nofile.rlim_cur)
                          : 65536;
-  static constexpr char kExecFailed[] = "redlock support: execv failed for ";
+  static constexpr char kExecFailed[] = "redlock support: execve failed for ";
   const char* const exe = executable_path_.c_str();
   const std::size_t exe_len = executable_path_.size();
   const pid_t parent = ::getpid();
@@ -530,7 +553,7 @@ void RedisServer::spawn() {
     if (::syscall(SYS_close_range, 3U, ~0U, 0U) != 0)
 #endif
       for (int fd = 3; fd < max_fd; ++fd) ::close(fd);
-    ::execv(exe, argv.data());
+    ::execve(exe, argv.data(), envp.data());
     if (::write(STDERR_FILENO, kExecFailed, sizeof kExecFailed - 1) < 0 ||
         ::write(STDERR_FILENO, exe, exe_len) < 0 || ::write(STDERR_FILENO, "\n", 1) < 0) {
       // Nothing left to report to.

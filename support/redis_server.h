@@ -38,6 +38,12 @@ struct RedisServerOptions {
   std::vector<std::string> extra_args;
   // Looked up in PATH unless it contains a '/'.
   std::string executable = "redis-server";
+  // Extra "NAME=value" entries for the server's environment, on top of this process's
+  // own (an entry replaces an inherited variable of the same name), applied at every
+  // start including restart(), e.g. {"LD_PRELOAD=/path/lib.so", "REDLOCK_CLOCK_FILE=/tmp/c"}.
+  // The constructor throws std::invalid_argument for an entry without '=' or without a name.
+  // A RedisServerGroup gives every server the same entries.
+  std::vector<std::string> environment;
   // How long the constructor and restart() wait for the first PONG.
   std::chrono::milliseconds start_timeout{5000};
 };

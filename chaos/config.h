@@ -1,0 +1,47 @@
+// chaos/config.h — what one redlock_chaos run does: the command line, parsed and checked.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "redlock/options.h"
+
+namespace redlock::chaos {
+
+inline constexpr int kMaxWorkers = 16;
+inline constexpr std::size_t kMaxMasters = 9;
+inline constexpr const char* kResource = "chaos";
+
+struct Config {
+  // quorum | single | failover | get-then-del | getset-timestamp | setnx-expire
+  std::string strategy = "quorum";
+  // none | minority-freeze | minority-restart | majority-restart | paused-holder |
+  // minority-partition | bridge-partition | slow-minority | clock-faults | clock-jump-k3
+  std::string scenario = "none";
+  std::uint64_t seed = 1;
+  double duration_s = 10;
+  long grants = 0;  // stop early once this many grants were made (0: no limit)
+  std::string out;
+  std::size_t n = 5;
+  int workers = 3;
+  bool fencing = false;
+  bool restart_guard = true;
+  Milliseconds ttl{0};   // 0: the strategy's default
+  Milliseconds hold{0};  // 0: the strategy's default
+  Milliseconds skew{0};  // getset-timestamp: client 0's clock runs this far ahead
+  std::vector<std::string> expects;
+  long min_grants = 1;
+  bool timeline = true;  // write timeline.svg
+
+  // The library strategies (quorum, single) run redlock::Client; the others use hiredis.
+  [[nodiscard]] bool library() const { return strategy == "quorum" || strategy == "single"; }
+};
+
+// Parses argv; prints usage and exits with status 2 on a bad option or value, naming it.
+[[nodiscard]] Config parse_args(int argc, char** argv);
+
+// Prints `message` and the usage to stderr and exits with status 2.
+[[noreturn]] void usage(const std::string& message);
+
+}  // namespace redlock::chaos

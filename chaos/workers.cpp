@@ -1,0 +1,412 @@
+#include "workers.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "history.h"
+#include "redis_client.h"
+#include "redlock/redlock.h"
+#include "support/fenced_store.h"
+
+namespace redlock::chaos {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string hex_token(std::mt19937_64& rng) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64 "%016" PRIx64, rng(), rng());
+  return buf;
+}
+
+std::int64_t ns_of(std::chrono::nanoseconds d) { return d.count(); }
+
+// The harness-owned resource only one holder may be inside.
+class Oracle {
+ public:
+  Oracle(Shared& shared, int me, HistoryWriter& history) : shared_(shared), me_(me), history_(history) {}
+
+  void enter(const Event& base) {
+    const int before = shared_.inside.fetch_add(1);
+    const int last = shared_.inside_last.exchange(me_);
+    Slot& slot = shared_.slots[me_];
+    slot.entered_ns.store(monotonic_ns());
+    slot.inside.store(1);
+    Event e = base;
+    e.type = EventType::enter;
+    e.t_ns = monotonic_ns();
+    history_.write(e);
+    if (before > 0) {
+      shared_.live_conflicts.fetch_add(1);
+      e.type = EventType::oracle_conflict;
+      e.detail = "entered while " + std::to_string(before) + " other holder(s) inside (last to enter: process " +
+                 std::to_string(last) + ")";
+      history_.write(e);
+    }
+  }
+
+  void leave(const Event& base) {
+    Event e = base;
+    e.type = EventType::leave;
+    e.t_ns = monotonic_ns();
+    history_.write(e);
+    shared_.slots[me_].inside.store(0);
+    shared_.inside.fetch_sub(1);
+  }
+
+ private:
+  Shared& shared_;
+  int me_;
+  HistoryWriter& history_;
+};
+
+// One client process's plumbing, common to every strategy.
+struct Client {
+  const WorkerContext& w;
+  HistoryWriter history;
+  support::FencedStore store;
+  Oracle oracle;
+
+  explicit Client(const WorkerContext& context)
+      : w(context), history(context.history_path), store("127.0.0.1", context.store_port, "chaos"),
+        oracle(context.shared, context.me, history) {}
+
+  Event event(EventType type) const {
+    Event e;
+    e.process = w.me;
+    e.resource = kResource;
+    e.type = type;
+    e.t_ns = monotonic_ns();
+    return e;
+  }
+
+  void record(Event& e, EventType type, std::string detail = {}) {
+    e.type = type;
+    e.t_ns = monotonic_ns();
+    if (!detail.empty()) e.detail = std::move(detail);
+    history.write(e);
+  }
+
+  // Records a release as invoked at `invoked_ns` (the checker ends the grant there, not when
+  // the release returned: the next grant may come before that), with its outcome.
+  void released(Event& e, std::int64_t invoked_ns, std::string outcome) {
+    e.type = EventType::release;
+    e.t_ns = invoked_ns;
+    e.deadline_ns = 0;
+    e.detail = std::move(outcome);
+    history.write(e);
+  }
+
+  void granted(Event& base, std::int64_t started_ns, std::int64_t deadline_ns) {
+    base.deadline_ns = deadline_ns;
+    base.started_ns = started_ns;
+    record(base, EventType::acquire_ok);
+    w.shared.grants.fetch_add(1);
+    base.started_ns = 0;
+    base.detail.clear();
+  }
+
+  void failed(Event& base, std::string why) {
+    record(base, EventType::acquire_fail, std::move(why));
+    w.shared.failures.fetch_add(1);
+    base.detail.clear();
+  }
+
+  // How long the grant just made is held: long while the parent asks for it (read once, at
+  // the grant, so the parent can tell which grant holds long).
+  Milliseconds hold_time() const {
+    return w.shared.long_hold.load() ? Milliseconds(w.shared.long_hold_ms.load()) : w.config.hold;
+  }
+
+  // The holder's critical section: enter the oracle, hold, write to the store, leave.
+  void use(const Event& base, Milliseconds hold) {
+    oracle.enter(base);
+    std::this_thread::sleep_for(hold);
+    write_store(base);
+    oracle.leave(base);
+  }
+
+  // The write event carries the lease's deadline so the checker can tell late writes.
+  void write_store(const Event& base) {
+    Event e = base;
+    e.invoke_ns = monotonic_ns();
+    bool accepted = false;
+    try {
+      accepted = store.write(base.fence, "process " + std::to_string(w.me) + " token " + base.token);
+    } catch (const std::exception& ex) {
+      e.detail = std::string("store error: ") + ex.what();
+    }
+    e.t_ns = monotonic_ns();
+    e.type = accepted ? EventType::write_accepted : EventType::write_rejected;
+    history.write(e);
+  }
+};
+
+// ---- quorum / single: the library, through its public API only ----
+
+void library_worker(const WorkerContext& w) {
+  Client me(w);
+  ClientOptions options;
+  options.masters = w.masters;
+  options.ttl = w.config.ttl;
+  options.command_timeout = 100ms;
+  options.retry_delay = 5ms;
+  options.retry_jitter = 4ms;
+  options.reconnect_min = 20ms;
+  options.reconnect_max = 200ms;
+  options.stall_timeout = 1000ms;  // a partitioned connection is replaced soon after it heals
+  options.restart_guard = w.config.restart_guard;
+  options.source_address = client_address(w.me);
+  options.on_warning = [](const std::string&) {};
+  redlock::Client client(options);
+  client.wait_connected(w.masters.size(), 2000ms);
+  AcquireOptions acquire;
+  acquire.fencing = w.config.fencing;
+  acquire.retry_count = -1;
+  acquire.wait = 300ms;  // come back now and then to look at the stop flag
+  while (!w.shared.stop.load()) {
+    Event base = me.event(EventType::acquire_invoke);
+    me.history.write(base);
+    const Result result = client.acquire(kResource, acquire);
+    if (!result) {
+      me.failed(base, std::string(to_string(result.outcome)));
+      continue;
+    }
+    const Lock& lock = *result.lock;
+    base.token = lock.token;
+    base.fence = lock.fence;
+    me.granted(base, to_ns(lock.started), to_ns(lock.deadline));
+    me.use(base, me.hold_time());
+    const std::int64_t release_ns = monotonic_ns();
+    const Result released = client.release(lock);
+    me.released(base, release_ns, std::string(to_string(released.outcome)));
+  }
+}
+
+// ---- hiredis strategies ----
+
+constexpr const char* kCompareAndDelete =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+std::string lock_key() { return std::string("redlock:") + kResource; }
+
+// The validity a single-master client may claim: ttl minus the library's drift rule.
+std::int64_t lease_deadline(const Config& config, std::int64_t started_ns) {
+  const auto drift = std::chrono::duration_cast<std::chrono::nanoseconds>(config.ttl) / 100 + 2ms;
+  return started_ns + ns_of(std::chrono::duration_cast<std::chrono::nanoseconds>(config.ttl) - drift);
+}
+
+// failover:     SET NX PX on the master in shared.master_port (which the parent moves to the
+//               promoted replica), compare-and-delete release. Seed 002.
+// get-then-del: SET NX PX, release is GET, a pause, then DEL — not atomic (broken on purpose).
+void single_master_worker(const WorkerContext& w) {
+  Client me(w);
+  const bool failover = w.config.strategy == "failover";
+  std::mt19937_64 rng(w.config.seed * 1000003u + static_cast<std::uint64_t>(w.me));
+  const std::string key = lock_key();
+  const auto ttl_ms = std::to_string(w.config.ttl.count());
+  while (!w.shared.stop.load()) {
+    const int port = w.shared.master_port.load();
+    RedisConnection c = connect_to(port);
+    if (!c) {
+      std::this_thread::sleep_for(5ms);
+      continue;
+    }
+    while (!w.shared.stop.load() && w.shared.master_port.load() == port) {
+      // Counted as busy BEFORE looking at the gate: once the parent closed the gate and saw
+      // `holding` at 0, no client can still be on its way to a SET.
+      w.shared.holding.fetch_add(1);
+      if (w.shared.gate_closed.load()) {
+        w.shared.holding.fetch_sub(1);
+        std::this_thread::sleep_for(1ms);
+        continue;
+      }
+      struct Busy {  // undoes the increment above on every way out of this iteration
+        std::atomic<int>& holding;
+        ~Busy() { holding.fetch_sub(1); }
+      } busy{w.shared.holding};
+      Event base = me.event(EventType::acquire_invoke);
+      base.token = hex_token(rng);
+      base.detail = "master 127.0.0.1:" + std::to_string(port);
+      me.history.write(base);
+      const std::int64_t started = base.t_ns;
+      RedisReplyPtr set = run_command(c.get(), {"SET", key, base.token, "NX", "PX", ttl_ms});
+      if (!set) {  // connection broken (master killed): reconnect to the current master
+        me.record(base, EventType::acquire_fail, "I/O error on master 127.0.0.1:" + std::to_string(port));
+        break;
+      }
+      if (set->type != REDIS_REPLY_STATUS) {
+        me.failed(base, set->type == REDIS_REPLY_ERROR ? reply_text(set.get()) : "taken");
+        std::this_thread::sleep_for(1ms);
+        continue;
+      }
+      const Milliseconds hold = me.hold_time();
+      std::string acked;
+      if (failover) {
+        RedisReplyPtr wait = run_command(c.get(), {"WAIT", "1", "50"});
+        acked = wait && wait->type == REDIS_REPLY_INTEGER ? std::to_string(wait->integer) : "?";
+      }
+      if (failover) base.detail += ", WAIT 1 acked by " + acked + " replica(s)";
+      me.granted(base, started, lease_deadline(w.config, started));
+      me.use(base, hold);
+      const std::int64_t release_ns = monotonic_ns();
+      std::string outcome;
+      if (failover) {
+        RedisReplyPtr del = run_command(c.get(), {"EVAL", kCompareAndDelete, "1", key, base.token});
+        outcome = del && del->type == REDIS_REPLY_INTEGER ? "deleted " + std::to_string(del->integer) : "release failed";
+      } else {
+        RedisReplyPtr get = run_command(c.get(), {"GET", key});
+        if (get && get->type == REDIS_REPLY_STRING && reply_text(get.get()) == base.token) {
+          std::this_thread::sleep_for(30ms);  // the gap between GET and DEL that breaks it
+          RedisReplyPtr del = run_command(c.get(), {"DEL", key});
+          outcome = "GET matched, DEL " +
+                    (del && del->type == REDIS_REPLY_INTEGER ? std::to_string(del->integer) : std::string("failed"));
+        } else {
+          outcome = "GET did not match";
+        }
+      }
+      me.released(base, release_ns, outcome);
+    }
+  }
+}
+
+// The wall clock as this client sees it, in ms: client 0's runs `skew` ahead.
+std::int64_t client_wall_ms(const WorkerContext& w) {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  const std::int64_t ms = static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
+  return w.me == 0 ? ms + w.config.skew.count() : ms;
+}
+
+// The old SETNX-documentation lock (broken): the value is the holder's expiry on ITS clock.
+// SETNX key expiry; if taken, GET it, and if that expiry has passed on MY clock, GETSET a new
+// one and own the lock if the old value is still the expired one. Release: DEL if my own
+// expiry has not passed. A client whose clock runs ahead (client 0, --skew) takes a lock its
+// holder still has.
+void getset_timestamp_worker(const WorkerContext& w) {
+  Client me(w);
+  const std::string key = lock_key();
+  RedisConnection c;
+  while (!w.shared.stop.load()) {
+    if (!c && !(c = connect_to(w.shared.master_port.load()))) {
+      std::this_thread::sleep_for(5ms);
+      continue;
+    }
+    Event base = me.event(EventType::acquire_invoke);
+    const std::int64_t started = base.t_ns;
+    const std::int64_t now = client_wall_ms(w);
+    const std::int64_t expiry = now + w.config.ttl.count() + 1;
+    base.token = std::to_string(expiry) + "@" + std::to_string(w.me);
+    me.history.write(base);
+    RedisReplyPtr set = run_command(c.get(), {"SETNX", key, base.token});
+    if (!set) {
+      c.reset();
+      continue;
+    }
+    bool mine = set->type == REDIS_REPLY_INTEGER && set->integer == 1;
+    std::string how = "SETNX";
+    if (!mine) {
+      RedisReplyPtr current = run_command(c.get(), {"GET", key});
+      const std::string held = reply_text(current.get());
+      if (!held.empty() && std::stoll(held) < now) {  // expired on my clock: take it over
+        RedisReplyPtr old = run_command(c.get(), {"GETSET", key, base.token});
+        mine = old && reply_text(old.get()) == held;
+        how = "GETSET over expiry " + held + " (my clock " + std::to_string(now) + ")";
+      }
+    }
+    if (!mine) {
+      me.failed(base, "taken");
+      std::this_thread::sleep_for(1ms);
+      continue;
+    }
+    // The holder believes it holds for ttl from its start (its own clock's rate is right).
+    me.granted(base, started, started + ns_of(w.config.ttl));
+    me.use(base, me.hold_time());
+    const std::int64_t release_ns = monotonic_ns();
+    std::string outcome = "expired, not deleted";
+    if (client_wall_ms(w) < expiry) {
+      RedisReplyPtr del = run_command(c.get(), {"DEL", key});
+      outcome = "DEL " + (del && del->type == REDIS_REPLY_INTEGER ? std::to_string(del->integer) : std::string("failed"));
+    }
+    me.released(base, release_ns, outcome);
+  }
+}
+
+// SETNX then EXPIRE as two commands (broken): a client that dies between them leaves a key
+// with no expiry, and nobody gets the lock again. The parent sets crash_next; the next client
+// whose SETNX succeeds records that and SIGKILLs itself before its EXPIRE.
+void setnx_expire_worker(const WorkerContext& w) {
+  Client me(w);
+  std::mt19937_64 rng(w.config.seed * 1000003u + static_cast<std::uint64_t>(w.me));
+  const std::string key = lock_key();
+  RedisConnection c;
+  while (!w.shared.stop.load()) {
+    if (!c && !(c = connect_to(w.shared.master_port.load()))) {
+      std::this_thread::sleep_for(5ms);
+      continue;
+    }
+    Event base = me.event(EventType::acquire_invoke);
+    base.token = hex_token(rng);
+    me.history.write(base);
+    const std::int64_t started = base.t_ns;
+    RedisReplyPtr set = run_command(c.get(), {"SETNX", key, base.token});
+    if (!set) {
+      c.reset();
+      continue;
+    }
+    if (set->type != REDIS_REPLY_INTEGER || set->integer != 1) {
+      me.failed(base, "taken");
+      std::this_thread::sleep_for(1ms);
+      continue;
+    }
+    if (w.shared.crash_next.exchange(false)) {
+      w.shared.crashed.store(w.me);
+      Event fault = me.event(EventType::fault_start);
+      fault.process = -1;
+      fault.fault_id = 1'000'000 + w.me;
+      fault.detail = "client " + std::to_string(w.me) + " SIGKILLed between SETNX and EXPIRE: the key never expires";
+      me.history.write(fault);
+      ::raise(SIGKILL);
+    }
+    RedisReplyPtr expire = run_command(c.get(), {"PEXPIRE", key, std::to_string(w.config.ttl.count())});
+    me.granted(base, started, lease_deadline(w.config, started));
+    me.use(base, me.hold_time());
+    const std::int64_t release_ns = monotonic_ns();
+    RedisReplyPtr del = run_command(c.get(), {"EVAL", kCompareAndDelete, "1", key, base.token});
+    me.released(base, release_ns,
+                del && del->type == REDIS_REPLY_INTEGER ? "deleted " + std::to_string(del->integer) : "release failed");
+  }
+}
+
+}  // namespace
+
+std::string client_address(int me) { return "127.0.0." + std::to_string(10 + me); }
+
+void run_worker(const WorkerContext& w) {
+  int code = 0;
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the harness
+  try {
+    const std::string& s = w.config.strategy;
+    if (w.config.library()) library_worker(w);
+    else if (s == "failover" || s == "get-then-del") single_master_worker(w);
+    else if (s == "getset-timestamp") getset_timestamp_worker(w);
+    else if (s == "setnx-expire") setnx_expire_worker(w);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "client %d: %s\n", w.me, e.what());
+    code = 20;
+  } catch (...) {
+    code = 21;
+  }
+  std::fflush(stderr);
+  ::_exit(code);
+}
+
+}  // namespace redlock::chaos
