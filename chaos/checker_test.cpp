@@ -177,6 +177,29 @@ TEST(Checker, RejectedStaleWriteAndConcurrentWritesAreFine) {
   EXPECT_EQ(r.writes_rejected, 1u);
 }
 
+// Liveness: the longest stretch after the first grant with nobody holding while clients try.
+TEST(Checker, LongestNoGrantGapCountsGapsAndTheTailOfFailedAttempts) {
+  std::vector<Event> h;
+  hold(h, 0, "a", 10, 1000, 30);   // held 10..30
+  hold(h, 1, "b", 25, 1000, 40);   // overlapping coverage: held until 40
+  hold(h, 0, "c", 140, 1000, 150);  // 100 ms with nobody holding
+  Event fail;
+  fail.process = 1;
+  fail.resource = "r";
+  fail.type = EventType::acquire_fail;
+  fail.t_ns = 400 * kMs;  // clients keep failing until 400: a 250 ms tail
+  h.push_back(fail);
+  EXPECT_EQ(check_history(h).longest_no_grant_ns, 250 * kMs);
+  h.pop_back();
+  EXPECT_EQ(check_history(h).longest_no_grant_ns, 100 * kMs);
+  // A grant that is never released and has no deadline covers the rest of the history.
+  std::vector<Event> stuck;
+  hold(stuck, 0, "a", 10, 0, -1);
+  fail.t_ns = 900 * kMs;
+  stuck.push_back(fail);
+  EXPECT_EQ(check_history(stuck).longest_no_grant_ns, 0);
+}
+
 TEST(History, EventsRoundTripThroughJsonLinesFiles) {
   char path[] = "/tmp/chaos-history-XXXXXX";
   const int fd = ::mkstemp(path);

@@ -28,6 +28,9 @@ constexpr std::size_t kReadBufferBytes = 64 * 1024;
 constexpr std::size_t kHighWaterBytes = 8 * 1024 * 1024;
 // ... and read it again once the queue is down to this.
 constexpr std::size_t kLowWaterBytes = kHighWaterBytes / 2;
+// Each queued chunk is charged this much on top of its payload (allocation, deque slot), so
+// that a peer dribbling tiny segments cannot queue unbounded bookkeeping under the limit.
+constexpr std::size_t kChunkOverheadBytes = 64;
 constexpr std::uint64_t kStopPollMs = 5;
 constexpr int kListenBacklog = 128;
 
@@ -81,6 +84,8 @@ struct Chunk {
   std::unique_ptr<char[]> bytes;
   std::size_t size = 0;
   std::uint64_t due_ns = 0;  // uv_hrtime() clock
+
+  std::size_t charge() const { return size + kChunkOverheadBytes; }
 };
 
 struct Proxy;
@@ -100,7 +105,8 @@ struct Direction {
   uv_tcp_t* sink = nullptr;
   uv_timer_t timer{};  // armed for pending.front().due_ns while pending is not empty
   std::deque<Chunk> pending;
-  std::size_t queued_bytes = 0;  // pending plus handed to uv_write and not yet completed
+  // Charged for the chunks pending plus those handed to uv_write and not yet completed.
+  std::size_t queued_bytes = 0;
   bool reading = false;
   bool discard = false;  // the sink went away: read the source only to throw it away
   std::unique_ptr<char[]> read_buffer = std::make_unique<char[]>(kReadBufferBytes);
@@ -209,7 +215,7 @@ void flush(Direction& dir) {
     request->req.data = request;
     const uv_buf_t buf = uv_buf_init(request->chunk.bytes.get(), static_cast<unsigned>(request->chunk.size));
     if (uv_write(&request->req, as_stream(dir.sink), &buf, 1, on_write) < 0) {
-      dir.queued_bytes -= request->chunk.size;
+      dir.queued_bytes -= request->chunk.charge();
       delete request;
       close_connection(conn);
       return;
@@ -233,7 +239,7 @@ void on_due(uv_timer_t* timer) { flush(*static_cast<Direction*>(timer->data)); }
 void on_write(uv_write_t* req, int status) {
   auto* request = static_cast<WriteRequest*>(req->data);
   Direction& dir = *request->dir;
-  dir.queued_bytes -= request->chunk.size;
+  dir.queued_bytes -= request->chunk.charge();
   delete request;
   Connection* conn = dir.conn;
   if (conn->closing) return;
@@ -249,15 +255,16 @@ void on_write(uv_write_t* req, int status) {
 
 void enqueue(Direction& dir, const char* data, std::size_t size) {
   const std::uint64_t arrival = uv_hrtime();
-  const std::int64_t delay = dir.conn->listener->delay_ns->load(std::memory_order_relaxed);
+  const std::atomic<std::int64_t>* delay_ns = dir.conn->listener->delay_ns;
+  const std::int64_t delay = delay_ns != nullptr ? delay_ns->load(std::memory_order_relaxed) : 0;
   Chunk chunk;
   chunk.bytes = std::make_unique<char[]>(size);
   std::memcpy(chunk.bytes.get(), data, size);
   chunk.size = size;
   chunk.due_ns = arrival + (delay > 0 ? static_cast<std::uint64_t>(delay) : 0);
   const bool was_empty = dir.pending.empty();
+  dir.queued_bytes += chunk.charge();
   dir.pending.push_back(std::move(chunk));
-  dir.queued_bytes += size;
   if (dir.queued_bytes >= kHighWaterBytes) stop_reading(dir);
   // Otherwise the timer is already armed for the head, which leaves first anyway.
   if (was_empty) flush(dir);
@@ -269,7 +276,7 @@ void begin_drain(Direction& dir) {
   conn->draining = &dir;
   Direction& back = other(dir);
   back.discard = true;
-  for (const Chunk& chunk : back.pending) back.queued_bytes -= chunk.size;
+  for (const Chunk& chunk : back.pending) back.queued_bytes -= chunk.charge();
   back.pending.clear();
   uv_timer_stop(&back.timer);
   // Keep reading the remaining side (and throw it away), so that closing it later does not

@@ -13,8 +13,10 @@
 //   arrival, negative values count as 0) and written to the other side when due. Each
 //   direction is a FIFO: a chunk is never written before an earlier one, so lowering the
 //   delay cannot reorder bytes (later chunks simply leave right after the earlier ones).
-// * Backpressure: bytes count as queued from the read until uv_write completes. Above
-//   8 MiB queued in one direction its source is no longer read; reading resumes at 4 MiB.
+// * Backpressure: bytes count as queued from the read until uv_write completes (plus 64 bytes
+//   of bookkeeping per chunk). Once 8 MiB are queued in one direction its source is no longer
+//   read (uv_read_stop); reading resumes when the queue is down to 4 MiB. So one connection
+//   holds at most about 2 x (8 MiB + one 64 KiB read) plus its two 64 KiB read buffers.
 // * When one side goes away (EOF or read error), what it sent before still reaches the other
 //   side, each chunk at its due time (like a FIN travelling behind the data); data queued
 //   toward the side that left is dropped, and anything more the remaining side sends is read
@@ -39,7 +41,7 @@ namespace redlock::chaos {
 struct ProxyRoute {
   int listen_fd;  // already bound and listening (see listen_on_free_port)
   std::uint16_t target_port;
-  const std::atomic<std::int64_t>* delay_ns;  // must stay valid until run_delay_proxies returns
+  const std::atomic<std::int64_t>* delay_ns;  // valid until run_delay_proxies returns; nullptr = 0
 };
 
 struct ListeningSocket {

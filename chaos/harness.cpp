@@ -150,6 +150,7 @@ int run_main(const Config& config) {
     std::printf("SKIPPED: scenario %s: %s\n", config.scenario.c_str(), cannot->c_str());
     return kSkipped;
   }
+  const auto started = std::chrono::steady_clock::now();
   std::filesystem::create_directories(config.out);
   std::printf("redlock_chaos: strategy %s, scenario %s, seed %" PRIu64 ", duration %.1f s, %d clients, fencing %s, "
               "restart guard %s, ttl %lld ms, out %s\n",
@@ -270,6 +271,14 @@ int run_main(const Config& config) {
     std::ofstream(config.out + "/timeline.svg") << render_timeline_svg(history, report, options);
     std::printf("timeline: %s/timeline.svg\n", config.out.c_str());
   }
+  // One markdown table row for scripts/chaos-full (which adds the run's name and result).
+  std::string expects;
+  for (const auto& e : config.expects) expects += (expects.empty() ? "" : " ") + e;
+  std::printf("row: %s | %zu | %zu | %zu | %zu | %zu | %zu/%zu | %.0f | %.0f |\n", expects.c_str(), report.grants,
+              report.faults, report.mutual_exclusion_violations, report.oracle_violations, report.fencing_violations,
+              report.late_writes_accepted, report.late_writes_rejected,
+              static_cast<double>(report.longest_no_grant_ns) / 1e6,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   std::printf("result: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }

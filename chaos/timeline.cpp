@@ -194,17 +194,23 @@ std::string shortened(const std::string& text, std::size_t n) {
 
 double text_width(const std::string& text) { return 6.3 * static_cast<double>(text.size()); }  // 11 px sans
 
-// Rows of labels above the lanes; a label goes into the first row where it overlaps nothing.
+// Rows of labels above the lanes (row 0 nearest). A label goes into the first row where it
+// overlaps nothing; a label with a connector (a line from it down to the lanes at x = `line`)
+// also needs that x free in the rows below it, and then keeps it free.
 class LabelRows {
  public:
   explicit LabelRows(int rows) : used_(static_cast<std::size_t>(rows)) {}
-  [[nodiscard]] int place(double x0, double x1) {
+  [[nodiscard]] int place(double x0, double x1, bool connector = false, double line = 0) {
+    const auto free = [&](std::size_t r, double a, double b, double margin) {
+      return std::none_of(used_[r].begin(), used_[r].end(),
+                          [&](const auto& u) { return a < u.second + margin && u.first < b + margin; });
+    };
     for (std::size_t r = 0; r < used_.size(); ++r) {
-      const auto clash = [&](const std::pair<double, double>& u) { return x0 < u.second + 8 && u.first < x1 + 8; };
-      if (std::none_of(used_[r].begin(), used_[r].end(), clash)) {
-        used_[r].emplace_back(x0, x1);
-        return static_cast<int>(r);
-      }
+      if (connector && r > 0 && !free(r - 1, line, line, 0)) return -1;  // the line would cross a label below
+      if (!free(r, x0, x1, 8)) continue;
+      used_[r].emplace_back(x0, x1);
+      for (std::size_t below = 0; connector && below < r; ++below) used_[below].emplace_back(line, line);
+      return static_cast<int>(r);
     }
     return -1;
   }
@@ -387,9 +393,9 @@ std::string render_timeline_svg(const std::vector<Event>& merged_history, const 
   // Faults: bands under the bars; their labels go first into the rows above the lanes.
   LabelRows rows(kLabelRows);
   const auto label_y = [&](int row) { return lanes_top - 8 - row * kRowH; };
-  const auto place_label = [&](double x, const std::string& label, int& row) {
-    const double x0 = std::clamp(x, left, left + plot_w - text_width(label));
-    row = rows.place(x0, x0 + text_width(label));
+  const auto place_label = [&](double x, const std::string& label, int& row, bool connector) {
+    const double x0 = std::clamp(x + 3, left, left + plot_w - text_width(label));
+    row = rows.place(x0, x0 + text_width(label), connector, x);
     return x0;
   };
   for (const FaultBand& f : t.faults) {
@@ -398,7 +404,7 @@ std::string render_timeline_svg(const std::vector<Event>& merged_history, const 
     const double x0 = x_of(f.start), x1 = std::max(x_of(end), x0 + 1);
     const std::string label = shortened(f.what, 40);
     int row = -1;
-    const double tx = place_label(x0, label, row);
+    const double tx = place_label(x0, label, row, true);
     out += rect("fault", x0, lanes_top - 4, x1 - x0, lanes_bottom - lanes_top + 8,
                 f.what + " (" + ms_text(f.start) + " - " + ms_text(f.end) + " ms)") +
            line("fedge", x0, row >= 0 ? label_y(row) + 3 : lanes_top - 4, x0, lanes_bottom + 4) + "\n";
@@ -463,7 +469,7 @@ std::string render_timeline_svg(const std::vector<Event>& merged_history, const 
       std::snprintf(buf, sizeof buf, "%s %d/%d %.1f ms", v.kinds.c_str(), v.lane_a, v.lane_b, longest_ms);
     }
     int row = -1;
-    const double tx = place_label(x0, buf, row);
+    const double tx = place_label(x0, buf, row, false);
     if (row >= 0) out += text("vlabel", tx, label_y(row), buf);
   }
 
