@@ -288,10 +288,9 @@ void run_scenario(const Config& config, Run& run, Cluster& cluster) {
   if (s == "minority-freeze") {
     minority_freezes(run, cluster.masters);
   } else if (s == "minority-restart") {
-    // The guard window: max_lock_ttl (ttl rounded up to seconds + 1 s), plus up to a second
-    // because the library reads the uptime in whole seconds.
-    const auto max_lock_ttl = std::chrono::ceil<std::chrono::seconds>(config.ttl) + 1s;
-    minority_restarts(run, cluster.masters, std::chrono::duration_cast<Milliseconds>(max_lock_ttl + 1s));
+    // The guard window: max_lock_ttl (= ttl, workers.cpp), plus up to a second because the
+    // library reads the uptime in whole seconds.
+    minority_restarts(run, cluster.masters, config.ttl + 1s);
   } else if (s == "majority-restart") {
     majority_restarts(config, run, cluster.shared, cluster.masters);
   } else if (s == "paused-holder") {

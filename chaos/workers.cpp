@@ -164,6 +164,9 @@ void library_worker(const WorkerContext& w) {
   options.reconnect_max = 200ms;
   options.stall_timeout = 1000ms;  // a partitioned connection is replaced soon after it heals
   options.restart_guard = w.config.restart_guard;
+  // No extends here, so no lock outlives its ttl: the guard need only wait that long (the
+  // default adds a second, which every run would wait out at its start).
+  options.max_lock_ttl = w.config.ttl;
   options.source_address = client_address(w.me);
   options.on_warning = [](const std::string&) {};
   redlock::Client client(options);
