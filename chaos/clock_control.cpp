@@ -124,10 +124,12 @@ void ClockControl::publish() {
   std::uint64_t before = sequence.load(std::memory_order_relaxed);
   before += before & 1U;  // a writer that died mid-update left it odd
   sequence.store(before + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  store_relaxed<std::int64_t>(file_->anchor_real_ns, anchor_real_ns_);
-  store_relaxed<std::int64_t>(file_->anchor_fake_ns, anchor_fake_ns_);
-  store_relaxed<double>(file_->rate, rate_);
+  // Release stores (not a release fence, which ThreadSanitizer does not support): a reader
+  // whose acquire fence follows a load of any new field value also sees the odd sequence
+  // stored before it, and retries.
+  std::atomic_ref<std::int64_t>(file_->anchor_real_ns).store(anchor_real_ns_, std::memory_order_release);
+  std::atomic_ref<std::int64_t>(file_->anchor_fake_ns).store(anchor_fake_ns_, std::memory_order_release);
+  std::atomic_ref<double>(file_->rate).store(rate_, std::memory_order_release);
   sequence.store(before + 2, std::memory_order_release);
 }
 

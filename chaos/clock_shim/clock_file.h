@@ -7,7 +7,7 @@
  * plain integers and a double, always accessed with atomic loads and stores (GCC/Clang
  * __atomic builtins in C, std::atomic_ref in C++), under a seqlock:
  *
- *   writer: sequence = s + 1 (odd), release fence, store the fields, sequence = s + 2 (release)
+ *   writer: sequence = s + 1 (odd), store the fields (release), sequence = s + 2 (release)
  *   reader: s = sequence (acquire), skip if odd; load the fields; acquire fence;
  *           retry unless sequence still equals s
  *
