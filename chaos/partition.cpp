@@ -5,8 +5,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -36,29 +39,31 @@ std::string table_script(const std::string& table, const std::vector<Cut>& cuts)
 
 }  // namespace
 
-NftResult run_nft(const std::string& script) {
+NftResult run_nft(const std::string& script, const std::vector<std::string>& args) {
   std::array<int, 2> in{-1, -1};
+  std::array<int, 2> out{-1, -1};
   std::array<int, 2> err{-1, -1};
-  if (::pipe(in.data()) != 0 || ::pipe(err.data()) != 0) return {-1, std::string("pipe: ") + std::strerror(errno)};
+  if (::pipe(in.data()) != 0 || ::pipe(out.data()) != 0 || ::pipe(err.data()) != 0) {
+    return {-1, {}, std::string("pipe: ") + std::strerror(errno)};
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
   posix_spawn_file_actions_adddup2(&actions, err[1], 2);
-  posix_spawn_file_actions_addclose(&actions, in[1]);
-  posix_spawn_file_actions_addclose(&actions, err[0]);
-  char nft[] = "nft";
-  char file[] = "-f";
-  char dash[] = "-";
-  char* argv[] = {nft, file, dash, nullptr};
+  for (const int fd : {in[1], out[0], err[0]}) posix_spawn_file_actions_addclose(&actions, fd);
+  std::vector<std::string> words{"nft"};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
   pid_t pid = -1;
-  const int spawned = ::posix_spawnp(&pid, "nft", &actions, nullptr, argv, environ);
+  const int spawned = ::posix_spawnp(&pid, "nft", &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  ::close(in[0]);
-  ::close(err[1]);
+  for (const int fd : {in[0], out[1], err[1]}) ::close(fd);
   NftResult result;
   if (spawned != 0) {
-    ::close(in[1]);
-    ::close(err[0]);
+    for (const int fd : {in[1], out[0], err[0]}) ::close(fd);
     result.error = std::string("cannot run nft: ") + std::strerror(spawned);
     return result;
   }
@@ -68,15 +73,37 @@ NftResult run_nft(const std::string& script) {
     off += static_cast<std::size_t>(n);
   }
   ::close(in[1]);
-  char buf[512];
-  ssize_t n = 0;
-  while ((n = ::read(err[0], buf, sizeof buf)) > 0) result.error.append(buf, static_cast<std::size_t>(n));
-  ::close(err[0]);
+  // nft's outputs here are a few lines: reading one pipe to its end, then the other, cannot
+  // fill the second one's buffer.
+  for (auto [fd, text] : {std::pair{out[0], &result.output}, std::pair{err[0], &result.error}}) {
+    char buf[512];
+    ssize_t n = 0;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) text->append(buf, static_cast<std::size_t>(n));
+    ::close(fd);
+  }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+// Deletes tables left by harness processes that no longer exist (SIGKILLed runs).
+void remove_stale_tables() {
+  const NftResult listed = run_nft("", {"list", "tables", "inet"});
+  std::size_t at = 0;
+  const std::string prefix = "table inet redlock_chaos_";
+  while ((at = listed.output.find(prefix, at)) != std::string::npos) {
+    at += prefix.size();
+    const std::size_t end = listed.output.find_first_not_of("0123456789", at);
+    const std::string digits = listed.output.substr(at, end - at);
+    if (digits.empty()) continue;
+    const auto pid = static_cast<pid_t>(std::stol(digits));
+    if (::kill(pid, 0) != 0 && errno == ESRCH) {
+      std::fprintf(stderr, "partition: removing nft table redlock_chaos_%s left by a dead harness\n", digits.c_str());
+      (void)run_nft("delete table inet redlock_chaos_" + digits + "\n");
+    }
+  }
 }
 
 std::optional<std::string> Partitioner::unavailable() {
@@ -89,7 +116,10 @@ std::optional<std::string> Partitioner::unavailable() {
   return std::nullopt;
 }
 
-Partitioner::Partitioner() : table_("redlock_chaos_" + std::to_string(::getpid())) { set({}); }
+Partitioner::Partitioner() : table_("redlock_chaos_" + std::to_string(::getpid())) {
+  remove_stale_tables();
+  set({});
+}
 
 Partitioner::~Partitioner() { (void)run_nft("delete table inet " + table_ + "\n"); }
 

@@ -5,7 +5,8 @@
 // client_address), so a rule matching that source address and a master's port cuts that
 // client alone from that master, in both directions, while everything else keeps talking.
 // Rules live in a table of this process's own (inet redlock_chaos_<pid>), replaced atomically
-// by each set() and deleted by the destructor. Packets are dropped, not refused: the client
+// by each set() and deleted by the destructor (and by the next Partitioner, if this process
+// died without running it). Packets are dropped, not refused: the client
 // sees what a real partition looks like (timeouts, then retransmissions once it heals).
 #pragma once
 
@@ -40,11 +41,13 @@ class Partitioner {
   std::string table_;
 };
 
-// Runs `nft -f -` with `script` on its stdin; returns nft's exit status and its stderr.
+// Runs `nft ARGS` (default `-f -`) with `script` on its stdin; returns nft's exit status,
+// its stdout and its stderr.
 struct NftResult {
   int status = -1;
+  std::string output;
   std::string error;
 };
-[[nodiscard]] NftResult run_nft(const std::string& script);
+[[nodiscard]] NftResult run_nft(const std::string& script, const std::vector<std::string>& args = {"-f", "-"});
 
 }  // namespace redlock::chaos
