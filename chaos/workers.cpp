@@ -296,6 +296,7 @@ std::int64_t client_wall_ms(const WorkerContext& w) {
 // holder still has.
 void getset_timestamp_worker(const WorkerContext& w) {
   Client me(w);
+  std::mt19937_64 rng(w.config.seed * 1000003u + static_cast<std::uint64_t>(w.me));
   const std::string key = lock_key();
   RedisConnection c;
   while (!w.shared.stop.load()) {
@@ -340,6 +341,9 @@ void getset_timestamp_worker(const WorkerContext& w) {
       outcome = "DEL " + (del && del->type == REDIS_REPLY_INTEGER ? std::to_string(del->integer) : std::string("failed"));
     }
     me.released(base, release_ns, outcome);
+    // Give the others a turn: a releaser that tries again at once wins nearly every race
+    // (they sleep between attempts), and client 0 alone never shows the skew.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 + static_cast<long>(rng() % 4)));
   }
 }
 
