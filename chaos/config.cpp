@@ -47,7 +47,7 @@ void usage(const std::string& message) {
                "  [--scenario none|minority-freeze|minority-restart|majority-restart|paused-holder|\n"
                "              minority-partition|bridge-partition|slow-minority|clock-faults|clock-jump-k3]\n"
                "  [--seed S] [--duration SECONDS] [--grants N] [--out DIR] [--n MASTERS] [--workers W]\n"
-               "  [--fencing] [--no-restart-guard] [--ttl MS] [--hold MS] [--skew MS] [--min-grants N]\n"
+               "  [--fencing] [--no-restart-guard] [--aof] [--ttl MS] [--hold MS] [--skew MS] [--min-grants N]\n"
                "  [--no-timeline]\n"
                "  [--expect clean|violation:KIND|no-violation:KIND|late-write-rejected|late-write-accepted|\n"
                "            stall:MS]...\n"
@@ -77,6 +77,7 @@ Config parse_args(int argc, char** argv) {
     else if (a == "--workers") c.workers = static_cast<int>(integer(a, value()));
     else if (a == "--fencing") c.fencing = true;
     else if (a == "--no-restart-guard") c.restart_guard = false;
+    else if (a == "--aof") c.aof = true;
     else if (a == "--ttl") c.ttl = Milliseconds(integer(a, value()));
     else if (a == "--hold") c.hold = Milliseconds(integer(a, value()));
     else if (a == "--skew") c.skew = Milliseconds(integer(a, value()));

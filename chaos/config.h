@@ -27,6 +27,7 @@ struct Config {
   int workers = 3;
   bool fencing = false;
   bool restart_guard = true;
+  bool aof = false;  // masters keep an append-only file, fsync always: a restart remembers keys
   Milliseconds ttl{0};   // 0: the strategy's default
   Milliseconds hold{0};  // 0: the strategy's default
   Milliseconds skew{0};  // getset-timestamp: client 0's clock runs this far ahead

@@ -153,9 +153,9 @@ int run_main(const Config& config) {
   const auto started = std::chrono::steady_clock::now();
   std::filesystem::create_directories(config.out);
   std::printf("redlock_chaos: strategy %s, scenario %s, seed %" PRIu64 ", duration %.1f s, %d clients, fencing %s, "
-              "restart guard %s, ttl %lld ms, out %s\n",
+              "restart guard %s, AOF %s, ttl %lld ms, out %s\n",
               config.strategy.c_str(), config.scenario.c_str(), config.seed, config.duration_s, config.workers,
-              config.fencing ? "on" : "off", config.restart_guard ? "on" : "off",
+              config.fencing ? "on" : "off", config.restart_guard ? "on" : "off", config.aof ? "on" : "off",
               static_cast<long long>(config.ttl.count()), config.out.c_str());
   std::fflush(stdout);
 
@@ -166,6 +166,7 @@ int run_main(const Config& config) {
   std::vector<std::unique_ptr<RedisServer>> servers;
   for (std::size_t i = 0; i < n_servers; ++i) {
     RedisServerOptions options = server_options;
+    options.persistence = config.aof && config.library();
     if (needs_clock_shim(config.scenario)) {
       clocks.push_back(std::make_unique<ClockControl>(config.out + "/clock-" + std::to_string(i)));
       options.environment = clocks.back()->server_environment();
@@ -253,6 +254,7 @@ int run_main(const Config& config) {
   j["seed"] = config.seed;
   j["fencing"] = config.fencing;
   j["restart_guard"] = config.restart_guard;
+  j["aof"] = config.aof;
   j["masters"] = config.library() ? config.n : 1;
   j["clients"] = config.workers;
   j["ttl_ms"] = config.ttl.count();

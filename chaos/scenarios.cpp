@@ -18,6 +18,7 @@ using Masters = std::vector<std::unique_ptr<RedisServer>>;
 std::string master_name(const RedisServer& s) { return "master 127.0.0.1:" + std::to_string(s.port()); }
 std::size_t minority_of(std::size_t n) { return (n - 1) / 2; }
 std::size_t quorum_of(std::size_t n) { return n / 2 + 1; }
+std::string restart_kind(const Config& config) { return config.aof ? "(AOF, fsync always)" : "(no persistence)"; }
 
 // The validity window of a grant plus the library's guard slack: how long a scenario waits
 // for the effects of one episode to be over.
@@ -43,9 +44,9 @@ void minority_freezes(Run& run, Masters& masters) {
   run.sleep(std::chrono::hours(1));
 }
 
-// SIGKILL one master and restart it without persistence (it forgets every key), a different
+// SIGKILL one master and restart it (without --aof it forgets every key), a different
 // one each time, spaced so that at most a minority is within its restart-guard window.
-void minority_restarts(Run& run, Masters& masters, Milliseconds guard_window) {
+void minority_restarts(Run& run, Masters& masters, Milliseconds guard_window, const std::string& kind) {
   const std::size_t minority = minority_of(masters.size());
   const auto spacing = guard_window / static_cast<long>(std::max<std::size_t>(minority, 1)) + 200ms;
   run.sleep(500ms);
@@ -54,7 +55,7 @@ void minority_restarts(Run& run, Masters& masters, Milliseconds guard_window) {
     std::size_t pick = static_cast<std::size_t>(run.uniform(0, static_cast<long>(masters.size()) - 1));
     if (pick == last) pick = (pick + 1) % masters.size();
     last = pick;
-    const std::int64_t id = run.fault_start("SIGKILL+restart (no persistence) " + master_name(*masters[pick]));
+    const std::int64_t id = run.fault_start("SIGKILL+restart " + kind + " " + master_name(*masters[pick]));
     masters[pick]->kill();
     run.sleep_exactly(run.uniform_ms(20, 200));
     masters[pick]->restart();
@@ -85,7 +86,8 @@ void majority_restarts(const Config& config, Run& run, Shared& shared, Masters& 
     const auto picked = run.pick(masters.size(), quorum_of(masters.size()));
     std::string names;
     for (const std::size_t i : picked) names += " " + std::to_string(masters[i]->port());
-    const std::int64_t id = run.fault_start("SIGKILL+restart (no persistence) of a majority while a client holds:" + names);
+    const std::int64_t id =
+        run.fault_start("SIGKILL+restart " + restart_kind(config) + " of a majority while a client holds:" + names);
     for (const std::size_t i : picked) masters[i]->kill();
     for (const std::size_t i : picked) masters[i]->restart();
     run.fault_end(id);
@@ -290,7 +292,7 @@ void run_scenario(const Config& config, Run& run, Cluster& cluster) {
   } else if (s == "minority-restart") {
     // The guard window: max_lock_ttl (= ttl, workers.cpp), plus up to a second because the
     // library reads the uptime in whole seconds.
-    minority_restarts(run, cluster.masters, config.ttl + 1s);
+    minority_restarts(run, cluster.masters, config.ttl + 1s, restart_kind(config));
   } else if (s == "majority-restart") {
     majority_restarts(config, run, cluster.shared, cluster.masters);
   } else if (s == "paused-holder") {
