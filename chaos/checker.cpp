@@ -45,6 +45,16 @@ struct Write {
   std::int64_t done_ns = 0;
 };
 
+// Ends the span opened under `key` (index into `items`) at `t`; unknown keys are ignored.
+template <class Key, class Item>
+void close_span(std::map<Key, std::size_t>& open, const Key& key, std::vector<Item>& items, std::int64_t Item::*end,
+                std::int64_t t) {
+  const auto it = open.find(key);
+  if (it == open.end()) return;
+  items[it->second].*end = t;
+  open.erase(it);
+}
+
 std::vector<std::string> active_faults(const std::vector<FaultSpan>& faults, std::int64_t from, std::int64_t to) {
   std::vector<std::string> names;
   for (const auto& f : faults) {
@@ -179,15 +189,10 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
         grants.push_back(std::move(g));
         break;
       }
-      case EventType::release: {
+      case EventType::release:
         ++report.releases;
-        const auto it = open_grant.find({e.process, e.token});
-        if (it != open_grant.end()) {
-          grants[it->second].release_ns = e.t_ns;
-          open_grant.erase(it);
-        }
+        close_span(open_grant, {e.process, e.token}, grants, &Grant::release_ns, e.t_ns);
         break;
-      }
       case EventType::enter: {
         Occupancy o;
         o.process = e.process;
@@ -199,14 +204,7 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
         occupancies.push_back(std::move(o));
         break;
       }
-      case EventType::leave: {
-        const auto it = open_occupancy.find(e.process);
-        if (it != open_occupancy.end()) {
-          occupancies[it->second].leave_ns = e.t_ns;
-          open_occupancy.erase(it);
-        }
-        break;
-      }
+      case EventType::leave: close_span(open_occupancy, e.process, occupancies, &Occupancy::leave_ns, e.t_ns); break;
       case EventType::oracle_conflict: ++report.live_oracle_conflicts; break;
       case EventType::write_accepted:
       case EventType::write_rejected: {
@@ -225,14 +223,7 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
         faults.push_back({e.fault_id, e.detail, e.t_ns, kNever});
         break;
       }
-      case EventType::fault_end: {
-        const auto it = open_fault.find(e.fault_id);
-        if (it != open_fault.end()) {
-          faults[it->second].end_ns = e.t_ns;
-          open_fault.erase(it);
-        }
-        break;
-      }
+      case EventType::fault_end: close_span(open_fault, e.fault_id, faults, &FaultSpan::end_ns, e.t_ns); break;
     }
   }
   report.processes = processes.size();

@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/hiredis_handle.h"
 #include "support/redis_server.h"
 
 namespace {
@@ -44,21 +45,9 @@ using redlock::support::RedisServer;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-struct ContextDeleter {
-  void operator()(redisContext* c) const noexcept { redisFree(c); }
-};
-struct ReplyDeleter {
-  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
-};
-using Context = std::unique_ptr<redisContext, ContextDeleter>;
-using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
-
-timeval to_timeval(std::chrono::milliseconds timeout) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
-  return tv;
-}
+using Context = redlock::support::RedisContextPtr;
+using ReplyPtr = redlock::support::RedisReplyPtr;
+using redlock::support::to_timeval;
 
 // A blocking hiredis connection to 127.0.0.1:port with a generous I/O timeout.
 Context connect_to(std::uint16_t port, std::chrono::milliseconds timeout = 5s) {
@@ -70,14 +59,7 @@ Context connect_to(std::uint16_t port, std::chrono::milliseconds timeout = 5s) {
 }
 
 ReplyPtr run(redisContext* context, const std::vector<std::string>& argv) {
-  std::vector<const char*> args;
-  std::vector<std::size_t> lengths;
-  for (const std::string& arg : argv) {
-    args.push_back(arg.data());
-    lengths.push_back(arg.size());
-  }
-  return ReplyPtr(
-      static_cast<redisReply*>(redisCommandArgv(context, static_cast<int>(argv.size()), args.data(), lengths.data())));
+  return redlock::support::command_argv(*context, argv);
 }
 
 bool is_pong(const ReplyPtr& reply) {

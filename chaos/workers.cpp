@@ -281,6 +281,15 @@ void single_master_worker(const WorkerContext& w) {
   }
 }
 
+// Connects `c` to the current master unless it is connected; false (after a 5 ms pause) if
+// that failed.
+bool reconnect(RedisConnection& c, const WorkerContext& w) {
+  if (c) return true;
+  c = connect_to(w.shared.master_port.load());
+  if (!c) std::this_thread::sleep_for(5ms);
+  return c != nullptr;
+}
+
 // The wall clock as this client sees it, in ms: client 0's runs `skew` ahead.
 std::int64_t client_wall_ms(const WorkerContext& w) {
   timespec ts{};
@@ -300,10 +309,7 @@ void getset_timestamp_worker(const WorkerContext& w) {
   const std::string key = lock_key();
   RedisConnection c;
   while (!w.shared.stop.load()) {
-    if (!c && !(c = connect_to(w.shared.master_port.load()))) {
-      std::this_thread::sleep_for(5ms);
-      continue;
-    }
+    if (!reconnect(c, w)) continue;
     Event base = me.event(EventType::acquire_invoke);
     const std::int64_t started = base.t_ns;
     const std::int64_t now = client_wall_ms(w);
@@ -356,10 +362,7 @@ void setnx_expire_worker(const WorkerContext& w) {
   const std::string key = lock_key();
   RedisConnection c;
   while (!w.shared.stop.load()) {
-    if (!c && !(c = connect_to(w.shared.master_port.load()))) {
-      std::this_thread::sleep_for(5ms);
-      continue;
-    }
+    if (!reconnect(c, w)) continue;
     Event base = me.event(EventType::acquire_invoke);
     base.token = hex_token(rng);
     me.history.write(base);

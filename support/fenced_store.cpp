@@ -1,5 +1,7 @@
 #include "support/fenced_store.h"
 
+#include "support/hiredis_handle.h"
+
 #include <hiredis/hiredis.h>
 
 #include <memory>
@@ -17,26 +19,16 @@ constexpr const char* kWriteScript =
     "redis.call('SET', KEYS[2], ARGV[2]) "
     "return 1";
 
-using ReplyPtr = std::unique_ptr<redisReply, void (*)(void*)>;
-
-ReplyPtr run(const std::string& host, std::uint16_t port, const std::vector<std::string>& argv) {
+RedisReplyPtr run(const std::string& host, std::uint16_t port, const std::vector<std::string>& argv) {
   const timeval timeout{1, 0};
-  const std::unique_ptr<redisContext, void (*)(redisContext*)> context(
-      redisConnectWithTimeout(host.c_str(), port, timeout), &redisFree);
+  const RedisContextPtr context(redisConnectWithTimeout(host.c_str(), port, timeout));
   if (!context || context->err != 0) {
     throw std::runtime_error("FencedStore: cannot connect to " + host + ":" + std::to_string(port));
   }
   redisSetTimeout(context.get(), timeout);
-  std::vector<const char*> pointers;
-  std::vector<std::size_t> lengths;
-  for (const auto& arg : argv) {
-    pointers.push_back(arg.data());
-    lengths.push_back(arg.size());
-  }
-  auto* raw = static_cast<redisReply*>(
-      redisCommandArgv(context.get(), static_cast<int>(argv.size()), pointers.data(), lengths.data()));
-  if (raw == nullptr) throw std::runtime_error("FencedStore: no reply from " + host + ":" + std::to_string(port));
-  return ReplyPtr(raw, &freeReplyObject);
+  RedisReplyPtr reply = command_argv(*context, argv);
+  if (!reply) throw std::runtime_error("FencedStore: no reply from " + host + ":" + std::to_string(port));
+  return reply;
 }
 
 }  // namespace
@@ -45,7 +37,7 @@ FencedStore::FencedStore(std::string host, std::uint16_t port, std::string name)
     : host_(std::move(host)), port_(port), token_key_(name + ":highest-token"), value_key_(name + ":value") {}
 
 bool FencedStore::write(std::uint64_t token, const std::string& value) const {
-  const ReplyPtr reply = run(host_, port_, {"EVAL", kWriteScript, "2", token_key_, value_key_, std::to_string(token), value});
+  const RedisReplyPtr reply = run(host_, port_, {"EVAL", kWriteScript, "2", token_key_, value_key_, std::to_string(token), value});
   if (reply->type != REDIS_REPLY_INTEGER) {
     throw std::runtime_error("FencedStore::write: " + std::string(reply->str ? reply->str : "unexpected reply"));
   }
@@ -53,12 +45,12 @@ bool FencedStore::write(std::uint64_t token, const std::string& value) const {
 }
 
 std::uint64_t FencedStore::highest_token() const {
-  const ReplyPtr reply = run(host_, port_, {"GET", token_key_});
+  const RedisReplyPtr reply = run(host_, port_, {"GET", token_key_});
   return reply->type == REDIS_REPLY_STRING ? std::stoull(std::string(reply->str, reply->len)) : 0;
 }
 
 std::string FencedStore::value() const {
-  const ReplyPtr reply = run(host_, port_, {"GET", value_key_});
+  const RedisReplyPtr reply = run(host_, port_, {"GET", value_key_});
   return reply->type == REDIS_REPLY_STRING ? std::string(reply->str, reply->len) : std::string();
 }
 

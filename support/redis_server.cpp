@@ -2,6 +2,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "support/hiredis_handle.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -45,21 +47,8 @@ constexpr std::chrono::milliseconds kRestartRetryDelay = 200ms;
 
 // ---------------------------------------------------------------- hiredis glue
 
-struct ContextDeleter {
-  void operator()(redisContext* c) const noexcept { redisFree(c); }
-};
-struct ReplyDeleter {
-  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
-};
-using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
-using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
-
-timeval to_timeval(std::chrono::milliseconds ms) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
-  return tv;
-}
+using ContextPtr = RedisContextPtr;
+using ReplyPtr = RedisReplyPtr;
 
 // Returns nullptr and fills `error` on failure. The I/O timeout matters as
 // much as the connect timeout: a frozen server still completes the TCP
@@ -119,17 +108,8 @@ class ScopedSigpipeBlock {
 };
 
 ReplyPtr run(redisContext& ctx, const std::vector<std::string>& argv) {
-  std::vector<const char*> ptrs;
-  std::vector<std::size_t> lens;
-  ptrs.reserve(argv.size());
-  lens.reserve(argv.size());
-  for (const auto& arg : argv) {
-    ptrs.push_back(arg.data());
-    lens.push_back(arg.size());
-  }
   ScopedSigpipeBlock no_sigpipe;
-  return ReplyPtr(static_cast<redisReply*>(
-      redisCommandArgv(&ctx, static_cast<int>(argv.size()), ptrs.data(), lens.data())));
+  return command_argv(ctx, argv);
 }
 
 Reply convert(const redisReply& r) {

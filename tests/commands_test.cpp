@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "detail/token.h"
+#include "support/hiredis_handle.h"
 #include "support/redis_server.h"
 
 namespace {
@@ -34,19 +35,13 @@ using ::testing::StartsWith;
 // "$<len>\r\n<bytes>\r\n"
 std::string bulk(std::string_view s) { return "$" + std::to_string(s.size()) + "\r\n" + std::string(s) + "\r\n"; }
 
-struct ContextDeleter {
-  void operator()(redisContext* c) const noexcept { redisFree(c); }
-};
-struct ReplyDeleter {
-  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
-};
-using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+using ReplyPtr = redlock::support::RedisReplyPtr;
 
 // Sends already-encoded RESP bytes to `server` on a fresh connection and returns the reply.
 ReplyPtr send_raw(const RedisServer& server, const std::string& encoded) {
   timeval tv{};
   tv.tv_sec = 5;
-  std::unique_ptr<redisContext, ContextDeleter> ctx(redisConnectWithTimeout(server.host().c_str(), server.port(), tv));
+  redlock::support::RedisContextPtr ctx(redisConnectWithTimeout(server.host().c_str(), server.port(), tv));
   if (!ctx || ctx->err != 0) throw std::runtime_error("cannot connect to redis-server");
   if (redisSetTimeout(ctx.get(), tv) != REDIS_OK) throw std::runtime_error("redisSetTimeout failed");
   if (redisAppendFormattedCommand(ctx.get(), encoded.data(), encoded.size()) != REDIS_OK) {

@@ -1,6 +1,7 @@
 // Tests for redlock::support::RedisServer: the test-only helper that runs
 // real redis-server processes. Everything else builds on it, so it is worth
 // checking that freeze/kill/restart really do what the chaos tests assume.
+#include "support/hiredis_handle.h"
 #include "support/redis_server.h"
 
 #include <gtest/gtest.h>
@@ -26,26 +27,18 @@ using redlock::support::RedisServerOptions;
 using redlock::support::Reply;
 using namespace std::chrono_literals;
 
-struct ContextDeleter {
-  void operator()(redisContext* c) const noexcept { redisFree(c); }
-};
-struct ReplyDeleter {
-  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
-};
+using redlock::support::RedisContextPtr;
+using redlock::support::RedisReplyPtr;
 
 // A raw client with a short I/O timeout, independent of RedisServer::command,
 // so the freeze test observes the server the way the lock library would.
 // Returns true on PONG, false on any error or timeout.
 bool raw_ping(const RedisServer& server, std::chrono::milliseconds timeout) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
-  std::unique_ptr<redisContext, ContextDeleter> ctx(
-      redisConnectWithTimeout(server.host().c_str(), server.port(), tv));
+  const timeval tv = redlock::support::to_timeval(timeout);
+  RedisContextPtr ctx(redisConnectWithTimeout(server.host().c_str(), server.port(), tv));
   if (!ctx || ctx->err != 0) return false;
   if (redisSetTimeout(ctx.get(), tv) != REDIS_OK) return false;
-  std::unique_ptr<redisReply, ReplyDeleter> reply(
-      static_cast<redisReply*>(redisCommand(ctx.get(), "PING")));
+  RedisReplyPtr reply(static_cast<redisReply*>(redisCommand(ctx.get(), "PING")));
   return reply && reply->type == REDIS_REPLY_STATUS && std::string(reply->str) == "PONG";
 }
 
