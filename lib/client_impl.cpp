@@ -180,7 +180,7 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
   }
   round->evaluate();
   if (!round->decided_) {
-    round->deadline_timer_ = loop_->schedule_at(round->start_ns_ + to_ns(options_.command_timeout), [this, round] {
+    round->deadline_timer_ = loop_->schedule_at(deadline_after(round->start_ns_, options_.command_timeout), [this, round] {
       round->deadline_timer_ = 0;
       // Replies already waiting in the sockets count: read them before timing anyone out.
       loop_->after_io([round] { round->on_deadline(); });
@@ -299,7 +299,7 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   const auto delay_ms = std::max<long long>(
       0, options_.retry_delay.count() + std::uniform_int_distribution<long long>(
                                             -options_.retry_jitter.count(), options_.retry_jitter.count())(jitter_rng_));
-  const std::uint64_t retry_at = now_ns() + to_ns(Milliseconds(delay_ms));
+  const std::uint64_t retry_at = deadline_after(now_ns(), Milliseconds(delay_ms));
   const bool within_wait = op->wait_deadline_ns == 0 || retry_at < op->wait_deadline_ns;
   if (op->retries_left == 0 || !within_wait || shutting_down_) {
     finish(op, std::move(result));
@@ -364,7 +364,7 @@ Result ClientImpl::wait_for(const std::function<void(Callback)>& start) {
 }
 
 bool ClientImpl::wait_connected(std::size_t count, Milliseconds timeout) {
-  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  const auto give_up = steady_deadline_after(timeout);
   for (;;) {
     auto promise = std::make_shared<std::promise<std::size_t>>();
     auto future = promise->get_future();

@@ -167,7 +167,7 @@ void EventLoop::run_timers() {
   // Each task may schedule or cancel timers, so take one at a time.
   while (!timers_.empty()) {
     auto it = timers_.begin();
-    if (it->first.first > now_ns() + kTimerSlackNs) break;
+    if (it->first.first > deadline_after(now_ns(), kTimerSlackNs)) break;
     Task task = std::move(it->second);
     timer_deadlines_.erase(it->first.second);
     timers_.erase(it);

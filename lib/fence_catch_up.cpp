@@ -26,7 +26,7 @@ class CatchUp final : public ReplySink, public std::enable_shared_from_this<Catc
       return;
     }
     auto self = shared_from_this();
-    timer_ = impl_.loop_->schedule_at(now_ns() + deadline_ns(), [self] {
+    timer_ = impl_.loop_->schedule_at(deadline_after(now_ns(), deadline_ns()), [self] {
       self->timer_ = 0;
       if (!self->done_) self->give_up();
     });

@@ -143,5 +143,8 @@ struct AcquireOptions {
 inline constexpr std::size_t kMaxResourceSize = 1024;
 // Largest key prefix accepted, in bytes.
 inline constexpr std::size_t kMaxKeyPrefixSize = 256;
+// Longest ttl, timeout or delay accepted in ClientOptions and AcquireOptions::ttl: 365 days.
+// (AcquireOptions::wait and Mutex::try_lock_for may be longer: they saturate to "no limit".)
+inline constexpr Milliseconds kMaxDuration{365LL * 24 * 3600 * 1000};
 
 }  // namespace redlock
