@@ -141,28 +141,28 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
   send_round(op, op->kind);
 }
 
-std::string ClientImpl::encode(RoundKind kind, const Operation& op, bool use_eval) const {
+std::string ClientImpl::encode(RoundKind kind, const RoundArgs& args, bool use_eval) const {
   switch (kind) {
     case RoundKind::acquire:
-      if (!op.fencing) return encode_set_nx_px(op.key, op.token, op.ttl.count());
-      return encode_script_call(fenced_acquire_script_, use_eval, {op.key, options_.fence_key},
-                                        {op.token, std::to_string(op.ttl.count())});
+      if (!args.fencing) return encode_set_nx_px(args.key, args.token, args.ttl.count());
+      return encode_script_call(fenced_acquire_script_, use_eval, {args.key, options_.fence_key},
+                                {args.token, std::to_string(args.ttl.count())});
     case RoundKind::extend:
-      return encode_script_call(extend_script_, use_eval, {op.key}, {op.token, std::to_string(op.ttl.count())});
+      return encode_script_call(extend_script_, use_eval, {args.key}, {args.token, std::to_string(args.ttl.count())});
     case RoundKind::release:
-      return encode_script_call(release_script_, use_eval, {op.key}, {op.token});
+      return encode_script_call(release_script_, use_eval, {args.key}, {args.token});
     case RoundKind::fence:
-      return encode_script_call(fence_raise_script_, use_eval, {options_.fence_key}, {std::to_string(op.fence)});
+      return encode_script_call(fence_raise_script_, use_eval, {options_.fence_key}, {std::to_string(args.fence)});
   }
   return {};
 }
 
 void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind) {
-  auto round = std::make_shared<Round>(*this, op, kind);
-  op->round = round;
   if (kind != RoundKind::fence) ++op->attempts;  // the fencing round belongs to its acquire's attempt
   if (kind == RoundKind::acquire) op->token = make_token();
-  const std::string command = encode(kind, *op, false);
+  auto round = std::make_shared<Round>(*this, op, kind, RoundArgs{op->key, op->token, op->ttl, op->fence, op->fencing});
+  op->round = round;
+  const std::string command = encode(kind, round->args_, false);
   // t0 is taken before the first send: elapsed time is never under-counted.
   round->started_ = clock_->now();
   round->start_ns_ = now_ns();
