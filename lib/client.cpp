@@ -8,7 +8,9 @@ namespace redlock {
 using detail::RoundKind;
 
 Client::Client(ClientOptions options) : impl_(std::make_unique<detail::ClientImpl>(std::move(options))) {}
-Client::~Client() = default;
+Client::~Client() {
+  if (impl_->inside_callback()) detail::ClientImpl::destroy_from_callback(std::move(impl_));
+}
 
 OperationId Client::acquire_async(std::string resource, Callback done, AcquireOptions options) {
   auto op = std::make_shared<detail::Operation>();

@@ -22,7 +22,7 @@ std::string ms_text(microseconds value) {
 }
 
 // Calls a user callback at the library boundary: its exceptions go no further.
-void call_back(const Callback& done, Result result) noexcept {
+void call_user(const Callback& done, Result result) noexcept {
   if (!done) return;
   try {
     done(std::move(result));
@@ -51,6 +51,8 @@ ClientImpl::ClientImpl(ClientOptions options) : options_(std::move(options)) {
   // Connections are created on the loop thread: they register with the loop, which is
   // already running there.
   loop_->post([this] {
+    // A Client on a caller's loop may be destroyed before that loop ever ran this task.
+    if (shutting_down_) return;
     std::string handshake;
     for (const auto* script : {&release_script_, &extend_script_, &fenced_acquire_script_, &fence_raise_script_}) {
       handshake += script->load_command;
@@ -85,7 +87,33 @@ ClientImpl::~ClientImpl() {
   loop_->join();  // the loop thread ends once the shutdown has closed every handle
 }
 
+void ClientImpl::call_back(const Callback& done, Result result) noexcept {
+  ++callbacks_running_;
+  call_user(done, std::move(result));
+  --callbacks_running_;
+}
+
+bool ClientImpl::inside_callback() const noexcept { return loop_->in_loop_thread() && callbacks_running_ > 0; }
+
+void ClientImpl::destroy_from_callback(std::unique_ptr<ClientImpl> impl) {
+  if (impl->loop_->owns_thread()) {
+    std::fputs("redlock: Client destroyed inside its own callback on its own loop thread; this would deadlock\n",
+               stderr);
+    std::abort();
+  }
+  impl->shutdown();
+  auto* idle = new uv_idle_t;
+  uv_idle_init(impl->loop_->uv(), idle);
+  idle->data = impl.release();
+  uv_idle_start(idle, [](uv_idle_t* handle) {
+    delete static_cast<ClientImpl*>(handle->data);
+    uv_close(reinterpret_cast<uv_handle_t*>(handle), [](uv_handle_t* h) { delete reinterpret_cast<uv_idle_t*>(h); });
+  });
+}
+
 void ClientImpl::shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
   shutting_down_ = true;
   std::vector<OperationId> live;
   for (auto& [id, op] : operations_) {
@@ -105,7 +133,7 @@ OperationId ClientImpl::submit(std::shared_ptr<Operation> op) {
     Result result;
     result.outcome = Outcome::cancelled;
     result.message = "the client is shutting down";
-    call_back(op->done, std::move(result));
+    call_user(op->done, std::move(result));
   }
   return id;
 }

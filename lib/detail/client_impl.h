@@ -91,6 +91,14 @@ class ClientImpl {
              std::shared_ptr<LockState> state);
   void fail_attempt(const std::shared_ptr<Operation>& op, Result result);
   void finish(const std::shared_ptr<Operation>& op, Result result);
+  // Runs a user callback; its exceptions stop here. While it runs, deleting the Client
+  // defers freeing this object (see destroy_from_callback).
+  void call_back(const Callback& done, Result result) noexcept;
+  // On the loop thread, inside one of this Client's callbacks.
+  [[nodiscard]] bool inside_callback() const noexcept;
+  // ~Client inside a callback on a caller's loop: shut down now, free on the loop's next
+  // iteration, when no frame of this Client is on the stack any more.
+  static void destroy_from_callback(std::unique_ptr<ClientImpl> impl);
   void release_in_background(const std::string& key, const std::string& token);
   void cancel(OperationId id);
   void shutdown();
@@ -108,6 +116,8 @@ class ClientImpl {
   void catch_up(std::uint32_t index);
   void warn(const std::string& message) const;
 
+  // First, so it is destroyed last: every Connection and timer refers to it.
+  std::unique_ptr<EventLoop> loop_;
   ClientOptions options_;
   std::vector<Endpoint> endpoints_;
   std::vector<std::string> names_;
@@ -129,8 +139,8 @@ class ClientImpl {
   std::size_t live_locks_sweep_at_ = 1024;
   std::minstd_rand jitter_rng_{std::random_device{}()};
   bool shutting_down_ = false;
-
-  std::unique_ptr<EventLoop> loop_;  // last: its thread must not outlive the members above
+  bool shut_down_ = false;
+  int callbacks_running_ = 0;  // user callbacks on the stack (a Client may be deleted in one)
 };
 
 // One round: one command to each master, the votes, and the deadline.
