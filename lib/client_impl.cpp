@@ -411,15 +411,26 @@ bool ClientImpl::wait_connected(std::size_t count, Milliseconds timeout) {
   }
 }
 
+std::string ClientImpl::shown(std::string_view text) const {
+  std::string out(text);
+  for (const auto& endpoint : endpoints_) out = endpoint.redact(out);
+  if (out.size() > kMaxShownText) {
+    out.resize(kMaxShownText);
+    out += "... (cut)";
+  }
+  return out;
+}
+
 void ClientImpl::warn(const std::string& message) const {
+  const std::string text = shown(message);
   if (options_.on_warning) {
     try {
-      options_.on_warning(message);
+      options_.on_warning(text);
     } catch (...) {
     }
     return;
   }
-  std::fprintf(stderr, "redlock: warning: %s\n", message.c_str());
+  std::fprintf(stderr, "redlock: warning: %s\n", text.c_str());
 }
 
 }  // namespace redlock::detail

@@ -156,7 +156,7 @@ bool Round::twin_voted(std::uint32_t index) const {
 void Round::record(std::uint32_t index, MasterStatus status, std::string error) {
   auto& master = masters_[index];
   master.status = status;
-  master.error = std::move(error);
+  master.error = impl_.shown(error);
   master.latency = std::chrono::microseconds((now_ns() - start_ns_) / 1000u);
   tally_.add(status);
 }

@@ -38,6 +38,14 @@ struct Endpoint {
 
   // "host:port" or "host:port/db": what results and logs show. Never the password.
   [[nodiscard]] std::string display() const;
+
+  // `text` (e.g. a server's error reply) with this endpoint's password masked as "***":
+  // every occurrence, and every run of 4 or more characters that starts the password (a
+  // server may echo a truncated argument, as Redis does for an unknown command).
+  [[nodiscard]] std::string redact(std::string_view text) const;
+
+  // `uri` with its password replaced by "***", for messages about a URI that may not parse.
+  [[nodiscard]] static std::string mask_uri(std::string_view uri);
 };
 
 struct ClientOptions {

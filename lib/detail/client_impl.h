@@ -115,6 +115,10 @@ class ClientImpl {
   void remember(const std::shared_ptr<LockState>& state);
   void catch_up(std::uint32_t index);
   void warn(const std::string& message) const;
+  // Text from or about a master as results and warnings may show it: every configured
+  // password masked (a server may echo one back), at most kMaxShownText bytes.
+  std::string shown(std::string_view text) const;
+  static constexpr std::size_t kMaxShownText = 1024;
 
   // First, so it is destroyed last: every Connection and timer refers to it.
   std::unique_ptr<EventLoop> loop_;
