@@ -57,8 +57,7 @@ Milliseconds jittered(Milliseconds base) {
 Connection::Connection(EventLoop& loop, ConnectionOptions options)
     : loop_(loop),
       options_(std::move(options)),
-      name_(options_.endpoint.display()),
-      reader_(nullptr, &redisReaderFree) {
+      name_(options_.endpoint.display()) {
   loop_.add_before_poll_hook([this] {
     if (!out_.empty()) flush();
   });
@@ -125,7 +124,7 @@ void Connection::start_tcp(const sockaddr* address) {
   socket_->owner = this;
   uv_tcp_init(loop_.uv(), &socket_->tcp);
   socket_->tcp.data = socket_;
-  reader_.reset(redisReaderCreate());
+  reader_ = std::make_unique<ReplyReader>();
 
   if (!options_.source_address.empty()) {
     sockaddr_storage source{};
@@ -219,21 +218,31 @@ void Connection::on_handshake_done() {
   if (on_ready) on_ready();
 }
 
+namespace {
+std::string unsolicited(std::size_t bytes) {
+  return "protocol error: " + std::to_string(bytes) + " bytes arrived with no command outstanding";
+}
+}  // namespace
+
 void Connection::on_read(const char* data, std::size_t size) {
-  if (redisReaderFeed(reader_.get(), data, size) != REDIS_OK) {
-    fail(std::string("protocol error: ") + reader_->errstr);
+  // With nothing outstanding these bytes answer nothing we asked: refuse them at once,
+  // before holding any, so an idle connection cannot be made to buffer a stream.
+  if (pending_.empty()) {
+    fail(unsolicited(size));
+    return;
+  }
+  if (!reader_->feed(data, size)) {
+    fail(reader_->error());
     return;
   }
   const auto generation = generation_;
   for (;;) {
-    void* raw = nullptr;
-    if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) {
-      fail(std::string("protocol error: ") + reader_->errstr);
+    ReplyPtr reply;
+    if (!reader_->next(reply)) {
+      fail(reader_->error());
       return;
     }
-    if (raw == nullptr) break;
-    const std::unique_ptr<redisReply, void (*)(void*)> reply(static_cast<redisReply*>(raw),
-                                                              &freeReplyObject);
+    if (!reply) break;
     if (pending_.empty()) {
       fail("protocol error: a reply arrived with no command outstanding");
       return;
@@ -242,6 +251,14 @@ void Connection::on_read(const char* data, std::size_t size) {
     pending_.pop_front();
     deliver(std::move(pending), reply.get());
     if (generation != generation_) return;  // the delivery dropped this socket
+  }
+  if (!reader_->partial()) return;
+  // A reply has begun: more replies than commands if nothing is left to answer, else the
+  // stall check bounds how long it may take to finish.
+  if (pending_.empty()) {
+    fail(unsolicited(reader_->buffered()));
+  } else if (stall_timer_ == 0 && options_.stall_timeout.count() > 0) {
+    arm_stall_check();
   }
 }
 

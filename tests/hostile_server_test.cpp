@@ -11,7 +11,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -20,10 +28,32 @@
 namespace redlock::testing {
 namespace {
 
-enum class Behaviour { garbage, integer_for_everything, silent, hang_up };
+// What the hostile server does. The first four answer every command alike (the handshake
+// included); the others answer the handshake as Redis would and misbehave on the lock's
+// own commands (SET, EVALSHA, EVAL), or while the client is idle.
+enum class Behaviour {
+  garbage,
+  integer_for_everything,
+  silent,
+  hang_up,
+  huge_bulk,          // "$2000000000\r\n" then bytes, as fast as the client takes them
+  huge_array,         // "*200000000\r\n" then ":1\r\n" elements
+  endless_line,       // "+" then 'x' without ever a CRLF
+  slow_drip,          // "+" then one 'x' every 5 ms, never a CRLF
+  resp3_push,         // a RESP3 push message ('>'), which hiredis 0.14 does not know
+  extra_reply,        // two replies to every lock command
+  swapped_replies,    // SET gets EVALSHA's reply and EVALSHA gets SET's
+  unsolicited_idle,   // honest, but 50 ms after its last reply sends "$5\r\nab" unasked
+  huge_bulk_idle,     // honest, but 50 ms after its last reply streams a huge bulk unasked
+  endless_handshake,  // INFO server's reply starts and then drips forever
+};
 
 class HostileServer {
  public:
+  // Bytes one connection streams at most (huge_*, endless_line): enough for a client
+  // without limits to show the growth, a bound on what a test can cost the machine.
+  static constexpr std::uint64_t kStreamCap = std::uint64_t{256} << 20;
+
   explicit HostileServer(Behaviour behaviour) : behaviour_(behaviour) {
     listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
@@ -49,65 +79,194 @@ class HostileServer {
   std::string uri() const { return "redis://127.0.0.1:" + std::to_string(port_); }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr auto kDripEvery = std::chrono::milliseconds(5);
+  static constexpr auto kIdleAfter = std::chrono::milliseconds(50);
+
   struct Peer {
-    int fd;
-    redisReader* reader;
+    int fd = -1;
+    redisReader* reader = nullptr;
+    std::string out;                  // written first
+    std::uint64_t stream_left = 0;    // then this many bytes repeating `pattern`
+    std::uint64_t streamed = 0;
+    std::string_view pattern;
+    bool muted = false;               // misbehaving now: answers nothing more
+    bool dripping = false;
+    Clock::time_point next_drip{};
+    std::optional<Clock::time_point> idle_due;  // when the unasked bytes go out
+    bool idle_sent = false;
   };
 
   void serve() {
     std::vector<Peer> peers;
     for (;;) {
       std::vector<pollfd> fds{{stop_[0], POLLIN, 0}, {listener_, POLLIN, 0}};
-      for (const auto& peer : peers) fds.push_back({peer.fd, POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), 1000) < 0) break;
+      bool timed = false;
+      for (const auto& peer : peers) {
+        const bool writing = !peer.out.empty() || peer.stream_left > 0;
+        fds.push_back({peer.fd, static_cast<short>(POLLIN | (writing ? POLLOUT : 0)), 0});
+        timed = timed || peer.dripping || (peer.idle_due && !peer.idle_sent);
+      }
+      if (::poll(fds.data(), fds.size(), timed ? 2 : 1000) < 0) break;
       if (fds[0].revents != 0) break;
       if (fds[1].revents & POLLIN) {
         const int fd = ::accept(listener_, nullptr, nullptr);
         if (fd >= 0 && behaviour_ == Behaviour::hang_up) {
           ::close(fd);
         } else if (fd >= 0) {
-          peers.push_back({fd, redisReaderCreate()});
+          Peer peer;
+          peer.fd = fd;
+          peer.reader = redisReaderCreate();
+          peers.push_back(std::move(peer));
         }
       }
+      const auto now = Clock::now();
       for (std::size_t i = 2; i < fds.size(); ++i) {
-        if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
         Peer& peer = peers[i - 2];
-        char buffer[4096];
-        const ssize_t got = ::read(peer.fd, buffer, sizeof(buffer));
-        if (got <= 0) {
-          ::close(peer.fd);
-          peer.fd = -1;
-          continue;
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+          char buffer[4096];
+          const ssize_t got = ::read(peer.fd, buffer, sizeof(buffer));
+          if (got <= 0) {
+            drop(peer);
+            continue;
+          }
+          redisReaderFeed(peer.reader, buffer, static_cast<std::size_t>(got));
+          void* request = nullptr;
+          while (redisReaderGetReply(peer.reader, &request) == REDIS_OK && request != nullptr) {
+            const auto* argv = static_cast<redisReply*>(request);
+            const std::string name = argv->type == REDIS_REPLY_ARRAY && argv->elements > 0
+                                         ? std::string(argv->element[0]->str, argv->element[0]->len)
+                                         : std::string();
+            freeReplyObject(request);
+            respond(peer, name);
+          }
         }
-        redisReaderFeed(peer.reader, buffer, static_cast<std::size_t>(got));
-        void* request = nullptr;
-        while (redisReaderGetReply(peer.reader, &request) == REDIS_OK && request != nullptr) {
-          freeReplyObject(request);
-          respond(peer.fd);
+        if (peer.dripping && now >= peer.next_drip) {
+          peer.out += 'x';
+          peer.next_drip = now + kDripEvery;
         }
+        if (peer.idle_due && !peer.idle_sent && now >= *peer.idle_due) {
+          peer.idle_sent = true;
+          if (behaviour_ == Behaviour::unsolicited_idle) {
+            peer.out += "$5\r\nab";  // begun, never finished: must be refused at once
+          } else {
+            peer.out += "$2000000000\r\n";
+            stream(peer, "x");
+          }
+        }
+        write_some(peer);
       }
       std::vector<Peer> alive;
       for (auto& peer : peers) {
-        if (peer.fd >= 0) alive.push_back(peer); else redisReaderFree(peer.reader);
+        if (peer.fd >= 0) alive.push_back(std::move(peer));
       }
       peers.swap(alive);
     }
-    for (auto& peer : peers) {
-      ::close(peer.fd);
-      redisReaderFree(peer.reader);
+    for (auto& peer : peers) drop(peer);
+  }
+
+  static void drop(Peer& peer) {
+    if (peer.fd >= 0) ::close(peer.fd);
+    if (peer.reader != nullptr) redisReaderFree(peer.reader);
+    peer.fd = -1;
+    peer.reader = nullptr;
+  }
+
+  static void stream(Peer& peer, std::string_view pattern) {
+    peer.pattern = pattern;
+    peer.stream_left = kStreamCap;
+    peer.muted = true;
+  }
+
+  // Non-blocking: whatever the socket takes now; the rest waits for POLLOUT.
+  void write_some(Peer& peer) {
+    // MSG_NOSIGNAL: the client may already have hung up; a SIGPIPE would end the test.
+    const auto send_some = [&](const char* data, std::size_t size) -> ssize_t {
+      const ssize_t sent = ::send(peer.fd, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK) drop(peer);
+      return sent;
+    };
+    if (peer.fd >= 0 && !peer.out.empty()) {
+      const ssize_t sent = send_some(peer.out.data(), peer.out.size());
+      if (sent > 0) peer.out.erase(0, static_cast<std::size_t>(sent));
+    }
+    while (peer.fd >= 0 && peer.out.empty() && peer.stream_left > 0) {
+      // A 64 KiB run of the pattern, starting where the last partial send stopped.
+      static constexpr std::size_t kChunk = 64 * 1024;
+      std::string& run = runs_[std::string(peer.pattern)];
+      if (run.empty()) {
+        while (run.size() < kChunk + peer.pattern.size()) run += peer.pattern;
+      }
+      const std::size_t offset = static_cast<std::size_t>(peer.streamed % peer.pattern.size());
+      const std::size_t size = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, peer.stream_left));
+      const ssize_t sent = send_some(run.data() + offset, size);
+      if (sent <= 0) break;
+      peer.streamed += static_cast<std::uint64_t>(sent);
+      peer.stream_left -= static_cast<std::uint64_t>(sent);
     }
   }
 
-  void respond(int fd) const {
-    std::string_view reply;
+  // What Redis would answer, for the handshake and for a lock that is free.
+  static std::string honest(const std::string& name) {
+    if (name == "INFO") {
+      const std::string body = "# Server\r\nrun_id:" + std::string(40, 'a') + "\r\nuptime_in_seconds:1000\r\n";
+      return "$" + std::to_string(body.size()) + "\r\n" + body + "\r\n";
+    }
+    if (name == "CONFIG") return "*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n";
+    if (name == "SCRIPT") return "$40\r\n" + std::string(40, 'b') + "\r\n";
+    if (name == "EVALSHA" || name == "EVAL") return ":1\r\n";
+    return "+OK\r\n";
+  }
+
+  void respond(Peer& peer, const std::string& name) {
+    if (peer.muted) return;
+    const bool lock_command = name == "SET" || name == "EVALSHA" || name == "EVAL";
     switch (behaviour_) {
-      case Behaviour::garbage: reply = "~this is not RESP\r\n"; break;
-      case Behaviour::integer_for_everything: reply = ":5\r\n"; break;
+      case Behaviour::garbage: peer.out += "~this is not RESP\r\n"; return;
+      case Behaviour::integer_for_everything: peer.out += ":5\r\n"; return;
       case Behaviour::silent:
       case Behaviour::hang_up: return;
+      case Behaviour::endless_handshake:
+        if (name == "INFO") {
+          peer.out += "$100000\r\n";
+          peer.dripping = true;
+          peer.muted = true;
+        } else {
+          peer.out += honest(name);
+        }
+        return;
+      default: break;
     }
-    // MSG_NOSIGNAL: the client may already have hung up; a SIGPIPE would end the test.
-    (void)!::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+    if (!lock_command) {
+      peer.out += honest(name);
+    } else {
+      switch (behaviour_) {
+        case Behaviour::huge_bulk:
+          peer.out += "$2000000000\r\n";
+          stream(peer, "x");
+          break;
+        case Behaviour::huge_array:
+          peer.out += "*200000000\r\n";
+          stream(peer, ":1\r\n");
+          break;
+        case Behaviour::endless_line:
+          peer.out += "+";
+          stream(peer, "x");
+          break;
+        case Behaviour::slow_drip:
+          peer.out += "+";
+          peer.dripping = true;
+          peer.muted = true;
+          break;
+        case Behaviour::resp3_push: peer.out += ">2\r\n$7\r\nmessage\r\n$2\r\nhi\r\n"; break;
+        case Behaviour::extra_reply: peer.out += honest(name) + honest(name); break;
+        case Behaviour::swapped_replies: peer.out += name == "SET" ? ":1\r\n" : "+OK\r\n"; break;
+        default: peer.out += honest(name); break;
+      }
+    }
+    if ((behaviour_ == Behaviour::unsolicited_idle || behaviour_ == Behaviour::huge_bulk_idle) && !peer.idle_sent) {
+      peer.idle_due = Clock::now() + kIdleAfter;
+    }
   }
 
   const Behaviour behaviour_;
@@ -115,6 +274,7 @@ class HostileServer {
   int stop_[2] = {-1, -1};
   std::uint16_t port_ = 0;
   std::thread thread_;
+  std::map<std::string, std::string> runs_;  // pattern -> 64 KiB run of it (server thread only)
 };
 
 struct Case {
@@ -166,6 +326,219 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Behaviour::silent, MasterStatus::timeout, "no reply within 150 ms", "Silent"},
                       Case{Behaviour::hang_up, MasterStatus::not_connected, "", "HangUp"}),
     [](const ::testing::TestParamInfo<Case>& param_info) { return std::string(param_info.param.name); });
+
+
+// ---- one hostile master beside four real ones ----
+
+// Peak memory of this process, from /proc/self/status (KiB). VmHWM is reset to the current
+// RSS by writing 5 to /proc/self/clear_refs, so a peak read afterwards covers one case.
+long status_kib(const char* field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  const std::string prefix = std::string(field) + ":";
+  while (std::getline(status, line)) {
+    if (line.rfind(prefix, 0) == 0) return std::stol(line.substr(prefix.size()));
+  }
+  return -1;
+}
+bool reset_peak() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
+
+// Growth this process may show while one hostile master does its worst: the client may
+// hold one reply (1 MiB) plus a read, and a sanitizer's bookkeeping on top.
+constexpr long kGrowthBoundKib = 32 * 1024;
+
+constexpr std::size_t kHostile = 2;  // the hostile master's row
+
+// No real master failed or timed out, and a quorum granted: the real masters alone, or
+// with the hostile one where it answered an honest "OK" (extra_reply, *_idle) before
+// misbehaving. One real master may still be pending when the quorum was reached.
+void expect_real_masters_decided(const Result& result) {
+  std::size_t granted = 0;
+  for (std::size_t i = 0; i < result.masters.size(); ++i) {
+    const MasterStatus status = result.masters[i].status;
+    if (status == MasterStatus::ok) ++granted;
+    if (i == kHostile) continue;
+    EXPECT_TRUE(status == MasterStatus::ok || status == MasterStatus::pending) << format_result(result);
+  }
+  EXPECT_GE(granted, quorum_of_n(result.masters.size())) << format_result(result);
+}
+
+struct MatrixCase {
+  Behaviour behaviour;
+  MasterStatus status;     // the hostile master's row, once it has been refused
+  const char* error;       // ... and what its error says
+  bool idle;               // the client must be idle for the master to misbehave
+  const char* name;
+};
+
+class HostileMatrixTest : public ::testing::TestWithParam<MatrixCase> {};
+
+// Four real masters and one hostile one. Every acquire is decided by the real four; the
+// hostile master's row ends up saying why it was refused; memory stays bounded meanwhile.
+TEST_P(HostileMatrixTest, RealMastersDecideAndTheRowSaysWhy) {
+  const MatrixCase& param = GetParam();
+  RedisServerGroup real(4);
+  HostileServer bad(param.behaviour);
+  std::vector<std::string> uris = real.uris();
+  uris.insert(uris.begin() + kHostile, bad.uri());
+  auto options = options_for(uris);
+  options.command_timeout = 150ms;
+  options.connect_timeout = 400ms;
+  options.stall_timeout = 400ms;
+  // Once refused, the hostile master stays down for the rest of the case, so the next
+  // acquire's row carries the reason instead of racing a reconnect.
+  options.reconnect_min = 10s;
+  options.reconnect_max = 10s;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(4, 5s));
+
+  const bool peak_reset = reset_peak();
+  const long rss_before = status_kib("VmRSS");
+  Result last;
+  bool refused = false;
+  int acquires = 0;
+  for (; acquires < (param.idle ? 30 : 150) && !refused; ++acquires) {
+    std::this_thread::sleep_for(param.idle ? 150ms : 20ms);
+    last = client.acquire("matrix" + std::to_string(acquires));
+    ASSERT_EQ(last.outcome, Outcome::acquired) << format_result(last);
+    expect_real_masters_decided(last);
+    EXPECT_TRUE(client.release(*last.lock).ok());
+    const auto& row = last.masters[kHostile];
+    refused = row.status == param.status && row.error.find(param.error) != std::string::npos;
+  }
+  EXPECT_TRUE(refused) << "after " << acquires << " acquires:\n" << format_result(last);
+  const long peak = status_kib(peak_reset ? "VmHWM" : "VmRSS");
+  const long growth = peak - rss_before;
+  std::printf("%s: refused after %d acquires; RSS %ld KiB before, %s %ld KiB (+%ld KiB); row: %s\n", param.name,
+              acquires, rss_before, peak_reset ? "peak" : "now", peak, growth, last.masters[kHostile].error.c_str());
+  EXPECT_LT(growth, kGrowthBoundKib);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Matrix, HostileMatrixTest,
+    ::testing::Values(
+        MatrixCase{Behaviour::huge_bulk, MasterStatus::not_connected,
+                   "bulk string of 2000000000 bytes: reply over max_reply_bytes (1048576)", false, "HugeBulk"},
+        MatrixCase{Behaviour::huge_array, MasterStatus::not_connected,
+                   "array of 200000000 elements: reply over max_elements (1024)", false, "HugeArray"},
+        MatrixCase{Behaviour::endless_line, MasterStatus::not_connected, "reply over max_reply_bytes (1048576)", false,
+                   "EndlessLine"},
+        MatrixCase{Behaviour::slow_drip, MasterStatus::not_connected, "master stalled", false, "SlowDrip"},
+        MatrixCase{Behaviour::resp3_push, MasterStatus::not_connected,
+                   "protocol error: Protocol error, got \">\" as reply type byte", false, "Resp3Push"},
+        MatrixCase{Behaviour::extra_reply, MasterStatus::not_connected, "with no command outstanding", false,
+                   "ExtraReply"},
+        MatrixCase{Behaviour::swapped_replies, MasterStatus::server_error, "unexpected integer reply 1", false,
+                   "SwappedReplies"},
+        MatrixCase{Behaviour::unsolicited_idle, MasterStatus::not_connected, "with no command outstanding", true,
+                   "UnsolicitedWhileIdle"},
+        MatrixCase{Behaviour::huge_bulk_idle, MasterStatus::not_connected, "with no command outstanding", true,
+                   "HugeBulkWhileIdle"},
+        MatrixCase{Behaviour::endless_handshake, MasterStatus::not_connected, "connect timed out", false,
+                   "EndlessHandshake"}),
+    [](const ::testing::TestParamInfo<MatrixCase>& param_info) { return std::string(param_info.param.name); });
+
+// An idle client (nothing outstanding, so no stall check runs) while one master streams a
+// huge bulk string unasked: the client refuses the first bytes instead of holding them.
+TEST(HostileMasterTest, IdleClientHoldsNothingAnUnaskedStreamSends) {
+  RedisServerGroup real(4);
+  HostileServer bad(Behaviour::huge_bulk_idle);
+  std::vector<std::string> uris = real.uris();
+  uris.insert(uris.begin() + kHostile, bad.uri());
+  auto options = options_for(uris);
+  options.reconnect_min = 10s;
+  options.reconnect_max = 10s;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  const bool peak_reset = reset_peak();
+  const long rss_before = status_kib("VmRSS");
+  // Time for the stream to arrive (it starts 50 ms after the handshake); not a measurement.
+  std::this_thread::sleep_for(2s);
+  const long peak = status_kib(peak_reset ? "VmHWM" : "VmRSS");
+  const Result held = client.acquire("idle");
+  ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
+  expect_real_masters_decided(held);
+  EXPECT_EQ(held.masters[kHostile].status, MasterStatus::not_connected) << format_result(held);
+  EXPECT_NE(held.masters[kHostile].error.find("bytes arrived with no command outstanding"), std::string::npos)
+      << format_result(held);
+  std::printf("idle client, unasked huge bulk for 2 s: RSS %ld KiB before, %s %ld KiB (+%ld KiB)\n", rss_before,
+              peak_reset ? "peak" : "now", peak, peak - rss_before);
+  EXPECT_LT(peak - rss_before, kGrowthBoundKib);
+}
+
+// A line that never ends, from one master of five, with the library's default 50 ms
+// command timeout: the four real masters still decide every acquire within it (a decision
+// from them after the deadline would be quorum_unreachable). Reconnects are quick, so the
+// hostile master keeps coming back and streaming. Prints the worst acquire, asserts none.
+TEST(HostileMasterTest, EndlessLineDoesNotDelayTheRealFour) {
+  RedisServerGroup real(4);
+  HostileServer bad(Behaviour::endless_line);
+  std::vector<std::string> uris = real.uris();
+  uris.insert(uris.begin() + kHostile, bad.uri());
+  auto options = options_for(uris);
+  options.command_timeout = 50ms;
+  options.reconnect_min = 10ms;
+  options.reconnect_max = 20ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  std::chrono::steady_clock::duration worst{};
+  int refusals = 0;
+  int acquires = 0;
+  Result last;
+  for (; acquires < 300 && (acquires < 40 || refusals == 0); ++acquires) {
+    const auto start = std::chrono::steady_clock::now();
+    last = client.acquire("endless" + std::to_string(acquires));
+    worst = std::max(worst, std::chrono::steady_clock::now() - start);
+    ASSERT_EQ(last.outcome, Outcome::acquired) << format_result(last);
+    expect_real_masters_decided(last);
+    EXPECT_NE(last.masters[kHostile].status, MasterStatus::ok) << format_result(last);
+    if (last.masters[kHostile].status == MasterStatus::not_connected &&
+        last.masters[kHostile].error.find("max_reply_bytes") != std::string::npos) {
+      ++refusals;
+    }
+    EXPECT_TRUE(client.release(*last.lock).ok());
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_GT(refusals, 0) << format_result(last);
+  std::printf("endless line, 1 of 5 masters: %d acquires, worst %.1f ms (command_timeout 50 ms), %d rows naming "
+              "max_reply_bytes\n",
+              acquires, std::chrono::duration<double, std::milli>(worst).count(), refusals);
+}
+
+// Throughput with one hostile master of five, against five real ones. A printed figure, not
+// an assertion on time; every acquire must still succeed.
+TEST(HostileMasterTest, ThroughputHolds) {
+  struct Setup {
+    const char* name;
+    std::optional<Behaviour> hostile;
+  };
+  for (const Setup& setup : {Setup{"5 real", std::nullopt}, Setup{"4 real + endless line", Behaviour::endless_line},
+                             Setup{"4 real + huge bulk", Behaviour::huge_bulk},
+                             Setup{"4 real + huge array", Behaviour::huge_array}}) {
+    RedisServerGroup real(setup.hostile ? 4 : 5);
+    std::optional<HostileServer> bad;
+    std::vector<std::string> uris = real.uris();
+    if (setup.hostile) {
+      bad.emplace(*setup.hostile);
+      uris.insert(uris.begin() + kHostile, bad->uri());
+    }
+    auto options = options_for(uris);
+    options.reconnect_min = 10ms;
+    options.reconnect_max = 20ms;
+    Client client(options);
+    ASSERT_TRUE(client.wait_connected(setup.hostile ? 4 : 5, 5s));
+    const auto start = std::chrono::steady_clock::now();
+    int cycles = 0;
+    while (std::chrono::steady_clock::now() - start < 1500ms) {
+      const Result held = client.acquire("throughput" + std::to_string(cycles));
+      ASSERT_EQ(held.outcome, Outcome::acquired) << setup.name << "\n" << format_result(held);
+      client.release(*held.lock);
+      ++cycles;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("throughput, %s: %.0f acquire+release cycles/s\n", setup.name, cycles / seconds);
+  }
+}
 
 }  // namespace
 }  // namespace redlock::testing

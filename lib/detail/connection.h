@@ -1,9 +1,10 @@
 // detail/connection.h — one pipelined connection to one Redis master, on the event loop.
 //
 // Owns its socket (a libuv TCP handle) and uses hiredis only for what hiredis 0.14 does
-// well: the RESP reply parser (redisReader) and command encoding. hiredis 0.14's async
-// context has no connect or command timeouts and frees itself inside callbacks; owning the
-// socket gives us deadlines, source-address binding, and a single owner for every handle.
+// well: the RESP reply parser (redisReader, bounded by ReplyReader against a hostile
+// master) and command encoding. hiredis 0.14's async context has no connect or command
+// timeouts and frees itself inside callbacks; owning the socket gives us deadlines,
+// source-address binding, and a single owner for every handle.
 //
 // Replies come back in send order (Redis answers a connection's commands in order), so a
 // FIFO of ReplySinks matches them. A round's deadline is enforced by its owner, not here:
@@ -21,10 +22,10 @@
 #include <string_view>
 
 #include "detail/event_loop.h"
+#include "detail/reply_reader.h"
 #include "redlock/options.h"
 
 struct redisReply;
-struct redisReader;
 
 namespace redlock::detail {
 
@@ -146,7 +147,9 @@ class Connection {
   std::string last_error_ = "not connected yet";
   Socket* socket_ = nullptr;  // heap; frees itself in its close callback
   Resolve* resolving_ = nullptr;  // heap; frees itself in its callback
-  std::unique_ptr<redisReader, void (*)(redisReader*)> reader_;
+  // One per socket. Bytes are fed only while a command is outstanding (anything else is
+  // refused at once), and one reply may hold at most ReplyLimits' bytes and elements.
+  std::unique_ptr<ReplyReader> reader_;
   std::deque<Pending> pending_;
   std::string out_;        // encoded commands not yet written
   std::size_t handshake_left_ = 0;  // handshake replies still expected

@@ -1,0 +1,107 @@
+// detail/reply_reader.h — hiredis's RESP reply parser, bounded against a hostile master.
+//
+// Anything at a master's address may send anything (DESIGN.md "Hostile masters"). hiredis
+// 0.14's redisReader parses RESP well but trusts its peer: it buffers a bulk string of any
+// declared length, callocs an array's element vector straight from its header
+// (`*200000000` asks for 1.6 GB), and on every call rescans an unfinished line from its
+// start, so a line streamed without CRLF costs time quadratic in its length. ReplyReader
+// keeps hiredis for the parsing and bounds it from outside:
+//   - memory: one reply may take at most ReplyLimits::max_reply_bytes (a bulk string that
+//     declares more is refused at its header, a line at the first byte over), and the
+//     arrays of one reply may declare at most max_elements elements in total (refused at
+//     the header, before hiredis allocates the vector). A caller that takes every reply
+//     with next() after each feed() holds at most max_reply_bytes plus one feed unparsed,
+//     and reply objects for at most that many bytes and max_elements + 1 replies;
+//   - CPU: hiredis is asked for a reply only when the bytes fed since it last looked can
+//     finish the item it is on (a CRLF for a line, the declared length for a bulk string),
+//     so each byte is scanned a bounded number of times, whatever the chunking.
+// Once refused, the stream is unusable: every later call returns false and error() keeps
+// the first reason, which names the limit and the value that broke it.
+//
+// Not thread-safe; one owner. Not copyable or movable (hiredis calls back into it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+struct redisReply;
+struct redisReader;
+struct redisReadTask;
+
+namespace redlock::detail {
+
+struct ReplyDeleter {
+  void operator()(redisReply* reply) const noexcept;  // freeReplyObject
+};
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+struct ReplyLimits {
+  // Bytes one reply may take, from its type byte to its final CRLF. The replies this library
+  // expects are small (INFO server, the largest, is a few KiB), so 1 MiB leaves a wide
+  // margin while bounding what one master can make us hold. Must be in [1, 1 GiB].
+  std::size_t max_reply_bytes = 1 << 20;
+  // Elements the arrays of one reply may declare in total, nested arrays included (each
+  // declared element costs a pointer and a reply object before any of its bytes arrive).
+  // The largest array the library expects is CONFIG GET's 2. 0 refuses every non-empty array.
+  std::size_t max_elements = 1024;
+};
+
+class ReplyReader {
+ public:
+  // Throws std::invalid_argument naming the value if max_reply_bytes is out of range.
+  explicit ReplyReader(ReplyLimits limits = {});
+  ~ReplyReader();
+  ReplyReader(const ReplyReader&) = delete;
+  ReplyReader& operator=(const ReplyReader&) = delete;
+
+  // Appends received bytes. False once the stream is unusable; error() says why.
+  bool feed(const char* data, std::size_t size);
+  // Takes the next complete reply: true with `out` set, or true with `out` null when none is
+  // complete yet; false on a protocol error or a limit (error() says which, naming the limit).
+  bool next(ReplyPtr& out);
+
+  [[nodiscard]] std::size_t buffered() const noexcept;  // bytes held that no reply has consumed
+  // True when bytes have arrived that next() has not yet returned as part of a complete reply.
+  [[nodiscard]] bool partial() const noexcept;
+  [[nodiscard]] const std::string& error() const noexcept { return error_; }
+  [[nodiscard]] const ReplyLimits& limits() const noexcept { return limits_; }
+  // Bytes handed to hiredis's parser to scan, summed over every call: the reader's work.
+  // Stays linear in the bytes fed however they are chunked (tests assert that).
+  [[nodiscard]] std::uint64_t bytes_examined() const noexcept { return examined_; }
+
+ private:
+  struct ReaderDeleter {
+    void operator()(redisReader* reader) const noexcept;  // redisReaderFree
+  };
+  // What must arrive before hiredis can get further with the item it stopped on.
+  enum class Wait : std::uint8_t {
+    anything,  // a new item (its type byte) or a fresh start: any byte may help
+    line_end,  // a status/error/integer line or an array/bulk header: a CRLF
+    bulk_end,  // a bulk string whose header was read: the stream must reach bulk_end_
+  };
+
+  // hiredis's createArray hook: counts declared elements against max_elements.
+  static void* create_array(const redisReadTask* task, int elements);
+  bool refuse(std::string why);
+  bool refuse_size(std::uint64_t taken);
+  bool can_progress() const noexcept;
+  bool after_incomplete();  // sets wait_ for the item hiredis stopped on; false if refused
+  [[nodiscard]] std::uint64_t consumed() const noexcept;  // stream offset hiredis has parsed up to
+
+  const ReplyLimits limits_;
+  std::unique_ptr<redisReader, ReaderDeleter> reader_;
+  std::string error_;            // first refusal; empty while the stream is usable
+  std::string array_refusal_;    // set by create_array when it refuses (hiredis then says "Out of memory")
+  std::uint64_t fed_ = 0;        // bytes fed since construction
+  std::uint64_t reply_start_ = 0;    // stream offset where the reply in progress began
+  std::size_t reply_elements_ = 0;   // elements declared so far by the reply in progress
+  Wait wait_ = Wait::anything;
+  bool crlf_fed_ = false;        // a CRLF arrived since hiredis last scanned
+  bool last_was_cr_ = false;     // the last byte fed was '\r' (a CRLF split across feeds)
+  std::uint64_t bulk_end_ = 0;   // stream offset where the bulk string in progress ends
+  std::uint64_t examined_ = 0;
+};
+
+}  // namespace redlock::detail
