@@ -75,18 +75,6 @@ bool set_affinity(pid_t tid, int cpu) {
   return ::sched_setaffinity(tid, sizeof(set), &set) == 0;
 }
 
-long status_field_kib(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  const std::size_t len = std::strlen(field);
-  while (std::getline(in, line)) {
-    if (line.compare(0, len, field) == 0 && line.size() > len && line[len] == ':') {
-      return std::strtol(line.c_str() + len + 1, nullptr, 10);
-    }
-  }
-  return -1;
-}
-
 }  // namespace
 
 bool pin_this_thread(int cpu) { return set_affinity(0, cpu); }
@@ -138,15 +126,6 @@ CpuTimes process_cpu() {
 
 double process_cpu_seconds() { return process_cpu().total(); }
 
-long rss_kib() { return status_field_kib("VmRSS"); }
-long hwm_kib() { return status_field_kib("VmHWM"); }
-
-bool reset_hwm() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-  out.flush();
-  return static_cast<bool>(out);
-}
 
 long maxrss_kib() {
   rusage usage{};

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "support/process_memory.h"
+
 namespace bench {
 
 using SteadyClock = std::chrono::steady_clock;
@@ -59,10 +61,10 @@ struct CpuTimes {
 };
 CpuTimes process_cpu();        // all threads of this process (getrusage RUSAGE_SELF)
 double process_cpu_seconds();  // process_cpu().total()
-long rss_kib();                // VmRSS now, from /proc/self/status
-long hwm_kib();                // VmHWM: peak RSS so far
+using redlock::support::hwm_kib;        // support/process_memory.h: VmRSS, VmHWM, resetting VmHWM
+using redlock::support::reset_hwm;
+using redlock::support::rss_kib;
 long maxrss_kib();             // getrusage ru_maxrss (lifetime peak; cannot be reset)
-bool reset_hwm();              // resets VmHWM to the current RSS (/proc/self/clear_refs "5")
 
 // ---- child processes
 

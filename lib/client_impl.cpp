@@ -201,8 +201,9 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
     finish(op, std::move(expired));
     return;
   }
+  const std::uint64_t late_after = deadline_after(round->start_ns_, options_.command_timeout);
   for (std::uint32_t i = 0; i < size_; ++i) {
-    if (!connections_[i]->send(command, round, i)) {
+    if (!connections_[i]->send(command, round, i, late_after)) {
       round->record(i, MasterStatus::not_connected, connections_[i]->last_error());
     }
   }

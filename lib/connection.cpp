@@ -202,6 +202,7 @@ void Connection::on_connected(int status) {
   out_.insert(0, handshake);
   pending_.insert(pending_.begin(), std::make_move_iterator(handshake_pending.begin()),
                   std::make_move_iterator(handshake_pending.end()));
+  late_scan_ = 0;
   if (handshake_left_ == 0) {
     on_handshake_done();
   } else {
@@ -249,6 +250,7 @@ void Connection::on_read(const char* data, std::size_t size) {
     }
     Pending pending = std::move(pending_.front());
     pending_.pop_front();
+    if (late_scan_ > 0) --late_scan_;
     deliver(std::move(pending), reply.get());
     if (generation != generation_) return;  // the delivery dropped this socket
   }
@@ -267,6 +269,7 @@ void Connection::deliver(Pending pending, const redisReply* reply) {
     pending.sink->on_reply(pending.tag, reply, {});
     return;
   }
+  if (pending.step == Step::late) return;
   // One of our own handshake commands.
   if (handshake_left_ > 0) --handshake_left_;
   if (pending.step == Step::must_succeed && reply->type == REDIS_REPLY_ERROR) {
@@ -318,16 +321,45 @@ void Connection::on_handshake_reply(Step step, const redisReply* reply) {
   }
 }
 
-bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag) {
+bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag,
+                      std::uint64_t late_after_ns) {
   if (state_ == State::disconnected || state_ == State::closed) return false;
+  release_late_sinks();
   if (pending_.size() >= kMaxOutstanding) {
     last_error_ = "backlog of " + std::to_string(pending_.size()) + " commands without a reply";
     return false;
   }
+  if (const std::size_t unsent = unsent_bytes(); unsent + encoded.size() > kMaxUnsentBytes) {
+    last_error_ = "backlog of " + std::to_string(unsent) + " bytes the master has not read (over " +
+                  std::to_string(kMaxUnsentBytes) + ")";
+    return false;
+  }
   out_.append(encoded);
-  pending_.push_back({std::move(sink), tag, now_ns(), Step::command});
+  pending_.push_back({std::move(sink), tag, now_ns(), Step::command, late_after_ns});
   if (stall_timer_ == 0 && options_.stall_timeout.count() > 0) arm_stall_check();
   return true;
+}
+
+// With a long backlog, commands past their deadline give up their sinks (the sender has
+// timed them out already); each keeps its place so that later replies still match. Callers
+// send with non-decreasing deadlines, so the scan stops at the first one still due and
+// every command is looked at once.
+void Connection::release_late_sinks() {
+  if (pending_.size() <= kKeepLateSinksUpTo) return;
+  const std::uint64_t now = now_ns();
+  for (; late_scan_ < pending_.size(); ++late_scan_) {
+    Pending& pending = pending_[late_scan_];
+    if (pending.step != Step::command || pending.late_after_ns == 0) continue;
+    if (pending.late_after_ns > now) break;
+    pending.sink.reset();
+    pending.step = Step::late;
+  }
+}
+
+std::size_t Connection::unsent_bytes() const noexcept {
+  std::size_t queued = 0;
+  if (socket_ != nullptr) queued = uv_stream_get_write_queue_size(reinterpret_cast<const uv_stream_t*>(&socket_->tcp));
+  return out_.size() + queued;
 }
 
 void Connection::flush() {
@@ -396,6 +428,7 @@ void Connection::fail_pending(const std::string& reason) {
   handshake_left_ = 0;
   std::deque<Pending> failed;
   failed.swap(pending_);
+  late_scan_ = 0;
   for (auto& pending : failed) {
     if (pending.sink) pending.sink->on_reply(pending.tag, nullptr, reason);
   }

@@ -177,7 +177,10 @@ void Round::on_deadline() {
 void Round::resend_with_eval(std::uint32_t index) {
   eval_sent_[index] = true;
   const std::string command = impl_.encode(kind_, args_, true);
-  if (!impl_.connections_[index]->send(command, shared_from_this(), index) && !decided_ &&
+  // A resend after the decision (a release's NOSCRIPT) is late from the start: under a
+  // backlog it may be dropped like any late command.
+  const std::uint64_t late_after = deadline_after(start_ns_, impl_.options_.command_timeout);
+  if (!impl_.connections_[index]->send(command, shared_from_this(), index, late_after) && !decided_ &&
       masters_[index].status == MasterStatus::pending) {
     record(index, MasterStatus::not_connected, impl_.connections_[index]->last_error());
     evaluate();

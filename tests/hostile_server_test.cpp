@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/process_memory.h"
 #include "test_util.h"
 
 namespace redlock::testing {
@@ -330,18 +331,6 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- one hostile master beside four real ones ----
 
-// Peak memory of this process, from /proc/self/status (KiB). VmHWM is reset to the current
-// RSS by writing 5 to /proc/self/clear_refs, so a peak read afterwards covers one case.
-long status_kib(const char* field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  const std::string prefix = std::string(field) + ":";
-  while (std::getline(status, line)) {
-    if (line.rfind(prefix, 0) == 0) return std::stol(line.substr(prefix.size()));
-  }
-  return -1;
-}
-bool reset_peak() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
 
 // Growth this process may show while one hostile master does its worst: the client may
 // hold one reply (1 MiB) plus a read, and a sanitizer's bookkeeping on top.
@@ -392,8 +381,8 @@ TEST_P(HostileMatrixTest, RealMastersDecideAndTheRowSaysWhy) {
   Client client(options);
   ASSERT_TRUE(client.wait_connected(4, 5s));
 
-  const bool peak_reset = reset_peak();
-  const long rss_before = status_kib("VmRSS");
+  const bool peak_reset = support::reset_hwm();
+  const long rss_before = support::rss_kib();
   Result last;
   bool refused = false;
   int acquires = 0;
@@ -407,7 +396,7 @@ TEST_P(HostileMatrixTest, RealMastersDecideAndTheRowSaysWhy) {
     refused = row.status == param.status && row.error.find(param.error) != std::string::npos;
   }
   EXPECT_TRUE(refused) << "after " << acquires << " acquires:\n" << format_result(last);
-  const long peak = status_kib(peak_reset ? "VmHWM" : "VmRSS");
+  const long peak = peak_reset ? support::hwm_kib() : support::rss_kib();
   const long growth = peak - rss_before;
   std::printf("%s: refused after %d acquires; RSS %ld KiB before, %s %ld KiB (+%ld KiB); row: %s\n", param.name,
               acquires, rss_before, peak_reset ? "peak" : "now", peak, growth, last.masters[kHostile].error.c_str());
@@ -450,11 +439,11 @@ TEST(HostileMasterTest, IdleClientHoldsNothingAnUnaskedStreamSends) {
   options.reconnect_max = 10s;
   Client client(options);
   ASSERT_TRUE(client.wait_connected(5, 5s));
-  const bool peak_reset = reset_peak();
-  const long rss_before = status_kib("VmRSS");
+  const bool peak_reset = support::reset_hwm();
+  const long rss_before = support::rss_kib();
   // Time for the stream to arrive (it starts 50 ms after the handshake); not a measurement.
   std::this_thread::sleep_for(2s);
-  const long peak = status_kib(peak_reset ? "VmHWM" : "VmRSS");
+  const long peak = peak_reset ? support::hwm_kib() : support::rss_kib();
   const Result held = client.acquire("idle");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   expect_real_masters_decided(held);

@@ -83,8 +83,13 @@ class Connection {
 
   // Queues one RESP-encoded command. While connecting it waits for the connection.
   // Returns false, without calling the sink, when there is no connection to wait for
-  // (disconnected, closed, backlog full): last_error() says why.
-  bool send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag);
+  // (disconnected, closed) or this master's backlog is over its bound: last_error() says why.
+  // `late_after_ns` (on now_ns(); 0: never) is when the sender stops needing the reply: past
+  // it, while the backlog is long, the command keeps only its place in the reply order and
+  // its reply is read and dropped (the sink is released, so a silent master holds no
+  // sender's memory).
+  bool send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag,
+            std::uint64_t late_after_ns = 0);
 
   // Writes everything queued since the last flush. Called before the loop polls.
   void flush();
@@ -104,9 +109,17 @@ class Connection {
   // Called (on the loop thread) every time a connection becomes ready, after the handshake.
   std::function<void()> on_ready;
 
-  // Pending commands above which send() refuses: a frozen master must not grow memory
-  // without bound before the stall check drops its connection.
-  static constexpr std::size_t kMaxOutstanding = 1u << 20;
+  // What one master may make the client queue while it does not answer (frozen, or
+  // black-holed with TCP up) before the stall check drops its connection
+  // (DESIGN.md "Hostile masters"): past either bound send() refuses, and the master is a
+  // missing vote until it answers or reconnects.
+  // Commands without a reply. Past their deadline each costs one Pending and no sink.
+  static constexpr std::size_t kMaxOutstanding = 1u << 16;
+  // Encoded bytes the master's socket has not taken yet (ours and libuv's write queue).
+  static constexpr std::size_t kMaxUnsentBytes = 1u << 20;
+  // Backlog above which late commands give up their sinks; below it a late reply still
+  // reaches its sender (a late grant then strengthens its lock).
+  static constexpr std::size_t kKeepLateSinksUpTo = 256;
 
  private:
   struct Socket;
@@ -115,6 +128,7 @@ class Connection {
     command,         // a caller's command: the reply goes to the sink
     must_succeed,    // AUTH, SELECT: an error reply fails the connection
     may_fail,        // SCRIPT LOAD: the reply is not checked
+    late,            // a caller's command whose sender no longer needs the reply: dropped
     server_info,     // INFO server: run_id, uptime_in_seconds
     config_get,      // CONFIG GET <one parameter>: maxmemory-policy, appendonly, appendfsync
   };
@@ -123,6 +137,7 @@ class Connection {
     std::uint32_t tag = 0;
     std::uint64_t sent_ns = 0;
     Step step = Step::command;
+    std::uint64_t late_after_ns = 0;  // see send(); 0: the sink is kept until answered
   };
   void on_handshake_reply(Step step, const redisReply* reply);
 
@@ -136,6 +151,8 @@ class Connection {
   void fail(std::string reason);  // drop the socket, fail all pending, schedule reconnect
   void fail_pending(const std::string& reason);
   void schedule_reconnect();
+  void release_late_sinks();
+  [[nodiscard]] std::size_t unsent_bytes() const noexcept;
   void arm_stall_check();
   void check_stall();
   void close_socket();
@@ -151,6 +168,7 @@ class Connection {
   // refused at once), and one reply may hold at most ReplyLimits' bytes and elements.
   std::unique_ptr<ReplyReader> reader_;
   std::deque<Pending> pending_;
+  std::size_t late_scan_ = 0;  // pending_[0, late_scan_) has been looked at by release_late_sinks()
   std::string out_;        // encoded commands not yet written
   std::size_t handshake_left_ = 0;  // handshake replies still expected
   Milliseconds backoff_{0};

@@ -1,0 +1,110 @@
+// A silent master (frozen: TCP up, nothing read or answered) under a steady load: what the
+// client queues for it stays bounded (DESIGN.md "Hostile masters"). Without a bound every
+// command sent to it keeps its round, and the round its operation, alive until the stall
+// check drops the connection; here the stall check is far away, as it is for a master that
+// black-holes traffic for a long time.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+#include "support/process_memory.h"
+#include "test_util.h"
+
+namespace redlock::testing {
+namespace {
+
+constexpr std::size_t kFrozen = 2;
+
+// Keeps `in_flight` acquire+release cycles going on the client's loop until `cycles` have
+// completed; records the first unexpected result.
+class Load {
+ public:
+  Load(Client& client, int cycles, int in_flight) : client_(client), left_(cycles) {
+    for (int i = 0; i < in_flight; ++i) start();
+  }
+
+  // Waits until every cycle has completed; returns the first unexpected result's text, or "".
+  std::string wait() {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return running_ == 0; });
+    return failure_;
+  }
+  [[nodiscard]] const Result& sample() const { return sample_; }
+
+ private:
+  void start() {
+    {
+      std::lock_guard lock(mutex_);
+      if (left_ == 0) return;
+      --left_;
+      ++running_;
+    }
+    client_.acquire_async("silent" + std::to_string(next_key_++), [this](Result held) {
+      if (!held) {
+        end(format_result(held));
+        return;
+      }
+      {
+        std::lock_guard lock(mutex_);
+        sample_ = held;
+      }
+      client_.release_async(*held.lock, [this](Result) {
+        end("");
+        start();
+      });
+    });
+  }
+
+  void end(const std::string& failure) {
+    std::lock_guard lock(mutex_);
+    if (failure_.empty()) failure_ = failure;
+    if (--running_ == 0 && (left_ == 0 || !failure_.empty())) done_.notify_all();
+    if (!failure_.empty()) left_ = 0;
+  }
+
+  Client& client_;
+  std::mutex mutex_;
+  std::condition_variable done_;
+  int left_;
+  int running_ = 0;
+  std::atomic<int> next_key_{0};
+  std::string failure_;
+  Result sample_;
+};
+
+TEST(SilentMasterTest, WhatIsQueuedForAFrozenMasterStaysBounded) {
+  RedisServerGroup masters(5);
+  auto options = options_for(masters);
+  options.command_timeout = 50ms;
+  options.stall_timeout = 60s;  // the stall check does not come to the rescue in this test
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  masters[kFrozen].freeze();
+
+  const bool peak_reset = support::reset_hwm();
+  const long rss_before = support::rss_kib();
+  const auto start = std::chrono::steady_clock::now();
+  constexpr int kCycles = 40000;
+  Load load(client, kCycles, 64);
+  const std::string failure = load.wait();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const long peak = peak_reset ? support::hwm_kib() : support::rss_kib();
+  EXPECT_EQ(failure, "") << "the four live masters decide every acquire";
+  const MasterResult& row = load.sample().masters.at(kFrozen);
+  std::printf("%d cycles in %.1f s with master %zu frozen: RSS %ld KiB before, %s %ld KiB (+%ld KiB); "
+              "its row: %s %s\n",
+              kCycles, seconds, kFrozen, rss_before, peak_reset ? "peak" : "now", peak, peak - rss_before,
+              std::string(to_string(row.status)).c_str(), row.error.c_str());
+  // The bound: 65536 late commands of a few dozen bytes each, 1 MiB of unsent bytes, 256
+  // rounds kept for their late replies, and sanitizer bookkeeping on top.
+  EXPECT_LT(peak - rss_before, 24 * 1024);
+  masters[kFrozen].thaw();
+}
+
+}  // namespace
+}  // namespace redlock::testing
