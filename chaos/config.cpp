@@ -48,6 +48,7 @@ void usage(const std::string& message) {
                "              minority-partition|bridge-partition|slow-minority|clock-faults|clock-jump-k3]\n"
                "  [--seed S] [--duration SECONDS] [--grants N] [--out DIR] [--n MASTERS] [--workers W]\n"
                "  [--fencing] [--no-restart-guard] [--aof] [--ttl MS] [--hold MS] [--skew MS] [--min-grants N]\n"
+               "  [--min-holders K]\n"
                "  [--no-timeline]\n"
                "  [--expect clean|violation:KIND|no-violation:KIND|late-write-rejected|late-write-accepted|\n"
                "            stall:MS]...\n"
@@ -83,6 +84,7 @@ Config parse_args(int argc, char** argv) {
     else if (a == "--skew") c.skew = Milliseconds(integer(a, value()));
     else if (a == "--expect") c.expects.push_back(value());
     else if (a == "--min-grants") c.min_grants = integer(a, value());
+    else if (a == "--min-holders") c.min_holders = static_cast<std::size_t>(integer(a, value()));
     else if (a == "--no-timeline") c.timeline = false;
     else if (a == "--help" || a == "-h") usage("");
     else usage("unknown option '" + a + "'");
@@ -99,6 +101,10 @@ Config parse_args(int argc, char** argv) {
     if (c.scenario != "none") {
       usage("--strategy " + c.strategy + " brings its own fault; use --scenario none, not " + c.scenario);
     }
+  }
+  if (c.min_holders > 0 && (c.strategy != "quorum" || c.min_holders > c.n)) {
+    usage("--min-holders must be 0..--n (" + std::to_string(c.n) + ") with --strategy quorum, got " +
+          std::to_string(static_cast<long>(c.min_holders)) + " with " + c.strategy);
   }
   if (c.scenario == "clock-jump-k3" && c.n != 5) usage("--scenario clock-jump-k3 needs --n 5, got " + std::to_string(c.n));
   if (c.ttl.count() == 0) {

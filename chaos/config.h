@@ -33,6 +33,11 @@ struct Config {
   Milliseconds skew{0};  // getset-timestamp: client 0's clock runs this far ahead
   std::vector<std::string> expects;
   long min_grants = 1;
+  // Quorum strategy: a grant is used only if at least this many masters hold its token when
+  // read back right after it (0: every grant is used). Scenarios whose claim is about a
+  // holder that locked more than a quorum (clock-faults) need it: contention alone makes
+  // grants on exactly a quorum, which one early-expiring master may break (DESIGN.md).
+  std::size_t min_holders = 0;
   bool timeline = true;  // write timeline.svg
 
   // The library strategies (quorum, single) run redlock::Client; the others use hiredis.

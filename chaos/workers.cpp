@@ -171,6 +171,25 @@ void library_worker(const WorkerContext& w) {
   options.on_warning = [](const std::string&) {};
   redlock::Client client(options);
   client.wait_connected(w.masters.size(), 2000ms);
+  // --min-holders: plain connections that read the lock key back from every master.
+  std::vector<std::pair<std::uint16_t, RedisConnection>> direct;
+  if (w.config.min_holders > 0) {
+    for (const auto& uri : w.masters) {
+      const std::uint16_t port = Endpoint::parse(uri).port;
+      direct.emplace_back(port, connect_to(port));
+    }
+  }
+  const auto holders = [&](const Lock& lock) {
+    std::size_t count = 0;
+    for (auto& [port, connection] : direct) {
+      if (!connection) connection = connect_to(port);
+      if (!connection) continue;
+      const RedisReplyPtr reply = run_command(connection.get(), {"GET", lock.key});
+      if (!reply) connection.reset();
+      if (reply && reply->type == REDIS_REPLY_STRING && reply_text(reply.get()) == lock.token) ++count;
+    }
+    return count;
+  };
   AcquireOptions acquire;
   acquire.fencing = w.config.fencing;
   acquire.retry_count = -1;
@@ -184,6 +203,16 @@ void library_worker(const WorkerContext& w) {
       continue;
     }
     const Lock& lock = *result.lock;
+    if (w.config.min_holders > 0) {
+      // Read back after the grant: what a fault can take away later only lowers it, and a
+      // SET still in flight only raises it, so a grant used here had this many holders.
+      if (const std::size_t held_by = holders(lock); held_by < w.config.min_holders) {
+        client.release(lock);
+        me.failed(base, "granted, but held by " + std::to_string(held_by) + " of " + std::to_string(direct.size()) +
+                            " masters (< --min-holders " + std::to_string(w.config.min_holders) + "): released unused");
+        continue;
+      }
+    }
     base.token = lock.token;
     base.fence = lock.fence;
     me.granted(base, to_ns(lock.started), to_ns(lock.deadline));
