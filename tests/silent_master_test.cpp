@@ -25,6 +25,12 @@ namespace {
 
 constexpr std::size_t kFrozen = 2;
 
+#if defined(__SANITIZE_THREAD__)
+constexpr long kBoundKib = 4 * 24 * 1024;
+#else
+constexpr long kBoundKib = 24 * 1024;
+#endif
+
 // Keeps `in_flight` acquire+release cycles going on the client's loop until `cycles` have
 // completed; records the first unexpected result.
 class Load {
@@ -94,7 +100,7 @@ TEST(SilentMasterTest, WhatIsQueuedForAFrozenMasterStaysBounded) {
   const bool peak_reset = support::reset_hwm();
   const long rss_before = support::rss_kib();
   const auto start = std::chrono::steady_clock::now();
-  constexpr int kCycles = 30000;
+  constexpr int kCycles = 20000;
   Load load(client, kCycles, 16);
   const std::string failure = load.wait();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -105,9 +111,11 @@ TEST(SilentMasterTest, WhatIsQueuedForAFrozenMasterStaysBounded) {
               "its row: %s %s\n",
               kCycles, seconds, kFrozen, rss_before, peak_reset ? "peak" : "now", peak, peak - rss_before,
               std::string(to_string(row.status)).c_str(), row.error.c_str());
-  // The bound: 65536 late commands of a few dozen bytes each, 1 MiB of unsent bytes, 256
-  // rounds kept for their late replies, and sanitizer bookkeeping on top.
-  EXPECT_LT(peak - rss_before, 24 * 1024);
+  // The bound: 65536 late commands of a few dozen bytes each, 1 MiB of unsent bytes, the
+  // rounds still inside their deadline, and sanitizer bookkeeping on top. ThreadSanitizer
+  // maps shadow memory for every byte the client touches (measured: +39 MB where the plain
+  // build shows +10 MB); without the bound the plain build alone grows by +53 MB here.
+  EXPECT_LT(peak - rss_before, kBoundKib);
   masters[kFrozen].thaw();
 }
 
