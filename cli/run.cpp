@@ -521,9 +521,15 @@ void RunSession::supervise() {
       if (!group_gone_ && !sigkill_at_) continue_command();
     }
   }
-  // Processes that left the group but were handed to us (subreaper) and still run.
-  int status = 0;
-  strays_ = ::waitpid(-1, &status, WNOHANG) == 0;
+  // Processes that left the group but were handed to us (subreaper) and still run: after
+  // reaping whatever has exited, waitpid() says 0 only when children are left.
+  for (;;) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0 || (pid < 0 && errno == EINTR)) continue;
+    strays_ = pid == 0;
+    break;
+  }
   if (strays_ && !out_.json()) {
     out_.note("warning: processes the command started left its process group (setsid/setpgid) and still run; "
               "the lock does not cover them");

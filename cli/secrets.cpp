@@ -113,6 +113,10 @@ std::string mask_secrets(std::string_view text) {
   std::string out(text);
   for (const auto& secret : secrets()) {
     replace_all(out, secret.text, secret.masked);
+    // The forms in which the tool quotes a word: printable() in messages, escaped in JSON.
+    if (const auto shown = printable(secret.text); shown != secret.text) {
+      replace_all(out, shown, printable(secret.masked));
+    }
     if (const auto escaped = json_escaped(secret.text); escaped != secret.text) {
       replace_all(out, escaped, json_escaped(secret.masked));
     }

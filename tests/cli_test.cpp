@@ -656,6 +656,22 @@ TEST_F(CliTest, RunHoldsTheLockUntilTheCommandsWholeGroupIsGone) {
   EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }));
 }
 
+// The documented limit: a process that leaves the group (setsid) is not covered. It comes
+// back to redlock (a subreaper) when its parent exits, and redlock says it is still running.
+TEST_F(CliTest, RunWarnsAboutAProcessThatLeftTheGroup) {
+  TempDir dir;
+  Process process(with_masters({"run", "job", "--", "sh", "-c", "setsid sleep 30 & echo $! > \"$1\"", "sh",
+                                (dir / "pid").string()}));
+  const Finished f = process.wait(10s);
+  const pid_t escaped = wait_for_pid_file(dir / "pid", 1s);
+  ASSERT_GT(escaped, 0) << describe(f);
+  const auto stat = proc_stat(escaped);
+  EXPECT_TRUE(stat && stat->session == escaped) << "sleep did not get a session of its own";
+  ::kill(escaped, SIGKILL);
+  EXPECT_EQ(f.exit_code, 0) << describe(f);
+  EXPECT_NE(f.err.find("left its process group"), std::string::npos) << f.err;
+}
+
 TEST_F(CliTest, KillAfterLongerThanTheTtlAllowsIsAUsageErrorNamingIt) {
   const Finished f = redlock({"--ttl", "3s", "run", "--kill-after", "5s", "job", "--", "true"});
   EXPECT_EQ(f.exit_code, 64) << describe(f);
@@ -1069,6 +1085,8 @@ TEST_F(CliSecretsTest, NoFailingCommandPrintsAPassword) {
   run_and_check("URI for a duration", args_for(good, {"--ttl", dead[2], "acquire", "job"}));
   run_and_check("URI for --kill-after", args_for(good, {"run", "--kill-after", dead[0], "job", "--", "true"}));
   run_and_check("URI for --wait", args_for(good, {"acquire", "--wait", dead[1], "job"}));
+  run_and_check("URI with a newline for a duration", args_for(good, {"--ttl", dead[0] + "\n", "acquire", "job"}));
+  run_and_check("URI with a quote as the resource, JSON", args_for(good, {"--json", "acquire", "\"" + dead[0]}));
   run_and_check("no subcommand", {"-m", dead[0]});
   run_and_check("glued short option, no resource", {"-m" + dead[0], "acquire"});
   run_and_check("URI as the resource, too long a prefix", args_for(good, {"--prefix", std::string(300, 'p') + dead[0], "acquire", dead[0]}));
