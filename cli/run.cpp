@@ -23,7 +23,8 @@
 // Terminal. When redlock is a job of its own in the terminal's foreground (an interactive
 // shell started it), the command's group is made the foreground group, as a shell does for a
 // job: it reads the terminal and gets Ctrl-C / Ctrl-Z itself. When the command stops (Ctrl-Z),
-// redlock takes the terminal back and stops too, so the shell sees the job stop; when it is
+// redlock SIGSTOPs the whole group (a process that ignores SIGTSTP must not run on unrenewed),
+// takes the terminal back and stops too, so the shell sees the job stop; when it is
 // continued (fg/bg) it continues the command. The lease is not renewed while redlock is
 // stopped; if it ran out meanwhile, the group is killed before it runs again.
 #include <fcntl.h>
@@ -628,7 +629,10 @@ void RunSession::on_command_stopped(int signal) {
     }
   }
   // A job-control stop (Ctrl-Z), or terminal access from the background: the whole job stops,
-  // so the shell above gets the terminal back and can continue it with fg or bg.
+  // so the shell above gets the terminal back and can continue it with fg or bg. A stopped
+  // redlock renews nothing, so no process of the group may run on meanwhile: SIGSTOP (which
+  // cannot be ignored) also stops those that ignore or catch SIGTSTP.
+  signal_group(SIGSTOP);
   if (handed_terminal_ && terminal_.foreground() == child_) terminal_.give_to(::getpgrp());
   stop_self();
 }

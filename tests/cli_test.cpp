@@ -723,6 +723,47 @@ TEST_F(CliTest, CtrlZOnATerminalStopsTheJobAndContinuingResumesTheCommand) {
   EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }));
 }
 
+// redlock stops itself with a stopped command (job control) and cannot renew the lease while
+// it is stopped, so nothing of the group may run on meanwhile: a process that ignores SIGTSTP
+// (here a loop counting into a file) must be stopped too, or it would outlive the lock.
+TEST_F(CliTest, CtrlZStopsTheWholeGroupEvenProcessesThatIgnoreSigtstp) {
+  TempDir dir;
+  GroupGuard guard;
+  const fs::path counter = dir / "counter";
+  // The loop is a shell of its own that starts counting only once it ignores SIGTSTP.
+  PtyProcess tool(with_masters(
+      {"--ttl", "2s", "run", "job", "--", "sh", "-c",
+       "echo $$ > \"$1\"; sh -c 'trap \"\" TSTP; i=0; while :; do i=$((i+1)); echo $i > \"$1\"; sleep 0.05; done' "
+       "sh \"$2\" & wait",
+       "sh", (dir / "pid").string(), counter.string()}));
+  const pid_t command = wait_for_pid_file(dir / "pid");
+  ASSERT_GT(command, 0) << tool.screen();
+  guard.watch(command);
+  const auto count = [&] {
+    const std::string text = read_file(counter);
+    return text.empty() || text.back() != '\n' ? -1L : std::stol(text);
+  };
+  // Whether the count goes up within `within` (the loop counts about every 50 ms).
+  const auto counting = [&](std::chrono::milliseconds within) {
+    long before = -1;
+    if (!eventually([&] { return (before = count()) > 0; }, within)) return false;
+    return eventually([&] { return count() > before; }, within);
+  };
+  ASSERT_TRUE(counting(5s)) << "the loop does not run";
+  tool.type("\x1a");
+  ASSERT_TRUE(tool.wait_stopped(5s)) << tool.screen();
+  // The lease runs out while the job is stopped, and another client gets the lock.
+  ASSERT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }, 10s));
+  const Finished other = redlock({"--retry-count", "0", "acquire", "job"});
+  EXPECT_EQ(other.exit_code, 0) << describe(other);
+  EXPECT_FALSE(counting(1s)) << "a process of the command's group runs on while redlock is stopped and another "
+                                "client holds the lock";
+  // Continued (fg), redlock finds the lease gone: the group is killed, never continued.
+  ASSERT_EQ(::kill(tool.pid(), SIGCONT), 0);
+  EXPECT_EQ(tool.wait_exit(10s), 75) << tool.screen();
+  EXPECT_EQ(live_members(command), std::vector<pid_t>{}) << tool.screen();
+}
+
 TEST_F(CliTest, RunReportsAMissingCommandWith127AndReleases) {
   const Finished f = redlock({"run", "job", "--", "/nonexistent/redlock-test-command"});
   EXPECT_EQ(f.exit_code, 127) << describe(f);
