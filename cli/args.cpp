@@ -266,6 +266,13 @@ Settings resolve(const Args& args) {
         "no masters: give --master redis://host:port once per master or --masters-file FILE, or set "
         "REDLOCK_MASTERS_FILE or REDLOCK_MASTERS");
   }
+  // The Client parses them again; checking here names where a bad one came from, and masks
+  // more of it than the library can (secrets.h).
+  if (!args.masters.empty()) {
+    for (const auto& uri : client.masters) check_master_uri(uri, "--master");
+  } else if (settings.masters_file.empty()) {
+    for (const auto& uri : client.masters) check_master_uri(uri, "REDLOCK_MASTERS");
+  }
   // The library validates all of these too (redlock::ConfigError), but names the
   // ClientOptions field; checking here names the flag the user typed.
   if (!args.ttl.empty()) {

@@ -15,6 +15,14 @@ namespace redlock_cli {
 // The library's own view: Endpoint::mask_uri changes it.
 [[nodiscard]] bool holds_password(std::string_view uri);
 
+// Checks a master URI with the library's parser (Endpoint::parse). A bad one is a UsageError
+// that starts with `where` (e.g. "--master", "REDLOCK_MASTERS", "masters file 'F':3") and shows
+// no password: the library masks a URI's user info (up to its last '@'), and a URI without '@'
+// (no password by its grammar, but most often one with "@host" missing, or cut at a ',' or a
+// " #") also has what follows its first ':' masked with Endpoint::redact, unless that reads
+// as a port (1 to 5 digits).
+void check_master_uri(std::string_view uri, std::string_view where);
+
 // Remembers the command-line words that may carry a password, so that every later line the
 // tool prints shows them masked: the values of -m/--master (however they are written:
 // "-m URI", "--master=URI", "-mURI") and any other word, or value after '=', that looks like

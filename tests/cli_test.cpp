@@ -1198,6 +1198,38 @@ TEST_F(CliSecretsTest, NoFailingCommandPrintsAPassword) {
   std::printf("[ figures  ] %d failing commands checked for a password\n", cases_);
 }
 
+// A URI without '@' carries no password by its grammar, so the library's masking leaves it
+// alone; but it is most often one with a part missing: "@host" forgotten, or cut at a ','
+// of the password by REDLOCK_MASTERS's split, or at a " #" by a masters file's comment.
+// What would have been the password is not shown either (not even its first 4 characters),
+// and the message still says where the bad URI came from.
+TEST_F(CliSecretsTest, ABadUriWithoutAnAtShowsNoPasswordEither) {
+  TempDir dir;
+  const std::string pw = kPassword;
+  const std::string digits = "98765432";  // a password that reads as a port
+  const auto check = [&](const std::string& what, const std::vector<std::string>& args,
+                         const std::vector<std::string>& env, const std::string& source) {
+    const Finished f = run_and_check(what, args, env);
+    EXPECT_EQ(f.exit_code, 64) << what << "\n" << describe(f);
+    for (const std::string& part : {pw.substr(0, 4), pw.substr(3), digits.substr(0, 4)}) {
+      EXPECT_EQ(f.err.find(part), std::string::npos) << what << ": stderr shows part of a password\n" << f.err;
+    }
+    EXPECT_NE(f.err.find(source), std::string::npos) << what << ": the message does not say where\n" << f.err;
+  };
+  check("-m, no host", {"-m", "redis://:" + pw, "acquire", "job"}, {}, "--master");
+  check("-m, @host forgotten", {"-m", "redis://admin:" + pw, "acquire", "job"}, {}, "--master");
+  check("-m, digits, @host forgotten", {"-m", "redis://admin:" + digits, "acquire", "job"}, {}, "--master");
+  check("-m, IPv6, @host forgotten", {"-m", "redis://[admin:" + pw, "acquire", "job"}, {}, "--master");
+  check("REDLOCK_MASTERS, a ',' in the password",
+        {"acquire", "job"}, {"REDLOCK_MASTERS=redis://:" + pw.substr(0, 4) + "," + pw.substr(4) + "@127.0.0.1:1"},
+        "REDLOCK_MASTERS");
+  const fs::path file = dir / "masters";
+  for (const std::string& line : {"redis://admin:" + pw, "redis://:" + pw + " # @127.0.0.1:1"}) {
+    write_file(file, "# masters\n" + line + "\n", fs::perms::owner_read | fs::perms::owner_write);
+    check("masters file line " + line, {"--masters-file", file.string(), "acquire", "job"}, {}, file.string() + "':2");
+  }
+}
+
 // The library's half of the secrets fix (79b336d, Endpoint::redact): with AUTH renamed away,
 // Redis answers the handshake with "ERR unknown command 'AUTH', with args beginning with:
 // '<password>'". The tool prints what the library reports, so this case depends on that fix.
