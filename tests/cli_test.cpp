@@ -1056,6 +1056,34 @@ TEST(CliLeaseLossTest, RunKillsACommandThatIgnoresSigtermBeforeTheDeadline) {
   EXPECT_LT(lease.at("sigkill_ns").get<std::int64_t>(), lease.at("deadline_ns").get<std::int64_t>());
 }
 
+// A loss noticed late (here: redlock itself was stopped past its lease, the documented limit
+// a tool cannot cover) leaves no time for SIGTERM: the group gets SIGKILL at once, and
+// redlock exits 75 only once it is gone.
+TEST_F(CliTest, RunNoticingTheLossTooLateSendsSigkillAtOnce) {
+  TempDir dir;
+  GroupGuard guard;
+  Process tool(with_masters({"--json", "--ttl", "1s", "run", "job", "--", "sh", "-c",
+                             "echo $$ > \"$1\"; trap '' TERM; while :; do sleep 0.05; done", "sh",
+                             (dir / "pid").string()}));
+  const pid_t command = wait_for_pid_file(dir / "pid");
+  ASSERT_GT(command, 0);
+  guard.watch(command);
+  ASSERT_EQ(::kill(tool.pid(), SIGSTOP), 0);
+  // The lease ends while redlock cannot act (the masters forget the key after the ttl).
+  ASSERT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }, 10s));
+  ASSERT_FALSE(live_members(command).empty());
+  ASSERT_EQ(::kill(tool.pid(), SIGCONT), 0);
+  ASSERT_TRUE(eventually([&] { return tool.exited(); }, 10s));
+  EXPECT_EQ(live_members(command), std::vector<pid_t>{}) << "the tool exited leaving the command's group alive";
+  const Finished f = tool.wait();
+  EXPECT_EQ(f.exit_code, 75) << describe(f);
+  const auto lease = last_json_line(f.err).value("lease", nlohmann::json::object());
+  ASSERT_TRUE(lease.contains("sigkill_ns")) << f.err;
+  EXPECT_TRUE(lease.at("sigterm_ns").is_null()) << "SIGTERM with no time left to act on it\n" << lease.dump();
+  EXPECT_TRUE(lease.at("sigkill_ns").is_number()) << lease.dump();
+  EXPECT_TRUE(lease.at("group_gone_ns").is_number()) << lease.dump();
+}
+
 // ---------------------------------------------------------------------------------------
 // Secrets: no output of the tool shows a password; how to pass one without argv.
 
