@@ -2,8 +2,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
+
+#include "secrets.h"
 
 namespace redlock_cli {
 namespace {
@@ -16,17 +19,27 @@ constexpr const char* kFooter = R"(Durations: 500ms, 10s, 1.5s, 2m, 1h; a plain 
 Restart guard: a master that (re)started less than --max-lock-ttl ago may have forgotten
   locks, so its votes do not count yet; against freshly started masters every acquire fails
   (69) until then. --no-restart-guard turns this off (only safe with persistent masters).
-Masters: -m/--master once per master, or REDLOCK_MASTERS="redis://h1:6379,redis://h2:6379,..."
-  (used only when no --master is given). URI form: redis://[user:password@]host[:port][/db].
+Masters: -m/--master once per master; or --masters-file FILE (one URI per line, # comments);
+  or else $REDLOCK_MASTERS_FILE; or else REDLOCK_MASTERS="redis://h1:6379,redis://h2:6379,...".
+  URI form: redis://[user:password@]host[:port][/db].
+Passwords: the command line is visible to every user (ps); put URIs with a password in a
+  masters file that only you can read (chmod 600; a file that group or others can access is
+  refused when it holds a password) or in $REDLOCK_MASTERS. No output shows a password.
+run: the command runs in a process group of its own. If the lock is lost, the group gets
+  SIGTERM at the latest --kill-after + margin before the lock's deadline and SIGKILL at the
+  margin (ttl/20, 10ms..500ms) before it; redlock exits 75 once no process of the group is
+  left. The lock is released only when the whole group is gone. The command's environment
+  has REDLOCK_RESOURCE, REDLOCK_KEY, REDLOCK_TOKEN, and no password.
 
 Exit status (sysexits.h):
   0    success (run: the command's own exit status; 128+N if it was killed by signal N)
-  64   EX_USAGE        bad arguments: unparseable duration, bad master URI, no masters, ...
+  64   EX_USAGE        bad arguments or configuration: unparseable duration, bad master URI,
+                       no masters, unreadable or too open masters file, ...
   69   EX_UNAVAILABLE  no quorum of masters answered in time (or another failure)
   70   EX_SOFTWARE     internal error;  71 EX_OSERR: run could not start the command
   73   EX_CANTCREAT    the lock is held by another owner (acquire, run)
-  75   EX_TEMPFAIL     the lock was lost: extend refused, or (run) the lease ran out while
-                       the command was running (run sends it SIGTERM and waits for it)
+  75   EX_TEMPFAIL     the lock was lost: extend refused, or (run) lost while the command
+                       ran (its process group was stopped before the lock's deadline)
   126  run: the command is not executable;  127: the command was not found
 
 Examples:
@@ -139,6 +152,10 @@ void define_interface(CLI::App& app, Args& args) {
                  "(default: $REDLOCK_MASTERS, comma-separated)")
       ->type_name("URI")
       ->allow_extra_args(false);
+  app.add_option("--masters-file", args.masters_file,
+                 "Read the masters from FILE, one URI per line (# comments). Refused if it holds a password "
+                 "and group or others can access it (default: $REDLOCK_MASTERS_FILE)")
+      ->type_name("FILE");
   app.add_option("--ttl", args.ttl, "Lease time of the lock (default 10s)")->type_name("DURATION");
   app.add_option("--retry-count", args.retry_count,
                  "Retries after a failed acquire attempt, 0 = one attempt only (default 3)")
@@ -184,16 +201,21 @@ void define_interface(CLI::App& app, Args& args) {
 
   auto* run = app.add_subcommand(
       "run",
-      "Acquire RESOURCE, run COMMAND (given after --) while extending the lease every ttl/3, release "
-      "when it exits, and exit with its status. SIGINT, SIGTERM and SIGHUP are forwarded to it");
+      "Acquire RESOURCE, run COMMAND (given after --) in a process group of its own while extending the "
+      "lease every ttl/3, release when no process of the group is left, and exit with the command's status. "
+      "SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP and SIGCONT are forwarded to the group");
   run->add_option("RESOURCE", args.resource, "Name of the lock")->required();
   run->add_option("COMMAND", args.program, "The command and its arguments, after --")->required();
   run->add_option("--wait", args.wait,
                   "Keep retrying the acquire until this much time has passed (default: --retry-count retries)")
       ->type_name("DURATION");
   run->add_flag("--no-extend", args.no_extend,
-                "Hold the lock for one ttl only; if the command is still running when the lease ends, "
-                "it gets SIGTERM and redlock exits 75");
+                "Hold the lock for one ttl only; if the command is still running when the lease is about to "
+                "end, its process group is stopped as after a loss and redlock exits 75");
+  run->add_option("--kill-after", args.kill_after,
+                  "After a loss: how long the command's process group has between SIGTERM and SIGKILL. Both come "
+                  "before the lock's deadline, so at most about 2/3 of --ttl; 0 = SIGKILL at once (default ttl/10)")
+      ->type_name("DURATION");
 }
 
 void finish_parse(const CLI::App& app, Args& args) {
@@ -222,12 +244,34 @@ Settings resolve(const Args& args) {
   settings.token = args.token;
 
   auto& client = settings.client;
-  client.masters = args.masters;
-  if (client.masters.empty()) {
-    if (const char* env = std::getenv("REDLOCK_MASTERS")) client.masters = split_masters(env);
+  if (!args.masters.empty() && !args.masters_file.empty()) {
+    throw UsageError("give the masters either with --master or with --masters-file, not both");
+  }
+  const char* env_file = std::getenv("REDLOCK_MASTERS_FILE");
+  if (!args.masters.empty()) {
+    client.masters = args.masters;
+    settings.password_on_command_line = std::any_of(args.masters.begin(), args.masters.end(),
+                                                    [](const std::string& uri) { return holds_password(uri); });
+  } else if (!args.masters_file.empty() || (env_file != nullptr && *env_file != '\0')) {
+    const bool from_flag = !args.masters_file.empty();
+    auto file = read_masters_file(from_flag ? args.masters_file : std::string(env_file),
+                                  from_flag ? "--masters-file" : "REDLOCK_MASTERS_FILE");
+    client.masters = std::move(file.masters);
+    settings.masters_file = std::move(file.absolute_path);
+  } else if (const char* env = std::getenv("REDLOCK_MASTERS")) {
+    client.masters = split_masters(env);
   }
   if (client.masters.empty()) {
-    throw UsageError("no masters: give --master redis://host:port once per master, or set REDLOCK_MASTERS");
+    throw UsageError(
+        "no masters: give --master redis://host:port once per master or --masters-file FILE, or set "
+        "REDLOCK_MASTERS_FILE or REDLOCK_MASTERS");
+  }
+  // The Client parses them again; checking here names where a bad one came from, and masks
+  // more of it than the library can (secrets.h).
+  if (!args.masters.empty()) {
+    for (const auto& uri : client.masters) check_master_uri(uri, "--master");
+  } else if (settings.masters_file.empty()) {
+    for (const auto& uri : client.masters) check_master_uri(uri, "REDLOCK_MASTERS");
   }
   // The library validates all of these too (redlock::ConfigError), but names the
   // ClientOptions field; checking here names the flag the user typed.
@@ -255,6 +299,10 @@ Settings resolve(const Args& args) {
   client.restart_guard = !args.no_restart_guard;
   if (!args.max_lock_ttl.empty()) client.max_lock_ttl = parse_duration(args.max_lock_ttl, "--max-lock-ttl");
 
+  if (!args.kill_after.empty()) {
+    settings.kill_after = parse_duration(args.kill_after, "--kill-after");
+    settings.kill_after_text = printable(args.kill_after);
+  }
   if (!args.wait.empty()) {
     settings.acquire.wait = parse_duration(args.wait, "--wait");
     // --wait alone: retry until it runs out. With --retry-count too: whichever ends first.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -28,6 +29,7 @@ enum class CommandKind { acquire, release, extend, run };
 // The raw command line, as CLI11 fills it in.
 struct Args {
   std::vector<std::string> masters;
+  std::string masters_file;     // --masters-file
   std::string ttl;              // empty: library default (10 s)
   int retry_count = 0;          // used only when retry_count_given
   bool retry_count_given = false;
@@ -44,6 +46,7 @@ struct Args {
   std::string token;                 // release, extend
   std::string wait;                  // acquire, run; empty: the client's retries
   bool no_extend = false;            // run
+  std::string kill_after;            // run; empty: ttl/10
   std::vector<std::string> program;  // run: the command and its arguments
 };
 
@@ -56,9 +59,16 @@ struct Settings {
   std::string key;                  // prefix + resource
   std::string token;                // release, extend
   bool no_extend = false;
+  std::optional<std::chrono::milliseconds> kill_after;  // run: --kill-after; nullopt: ttl/10
+  std::string kill_after_text;                          // as typed, for messages
   std::vector<std::string> program;
   bool json = false;
   bool quiet = false;
+  // Absolute path of the masters file when the masters came from one (--masters-file or
+  // REDLOCK_MASTERS_FILE): `run` passes it on to the command.
+  std::string masters_file;
+  // A -m/--master URI carries a password: it was visible in ps until the tool hid it.
+  bool password_on_command_line = false;
 };
 
 // Defines the options and subcommands on `app`, writing into `args`.
@@ -66,7 +76,8 @@ void define_interface(CLI::App& app, Args& args);
 // After a successful app.parse(): records which subcommand ran and which options were given.
 void finish_parse(const CLI::App& app, Args& args);
 // Validates and converts. Throws UsageError naming the bad value. (Master URIs are checked by
-// the library when the Client is built: redlock::ConfigError.)
+// the library when the Client is built: redlock::ConfigError.) The masters come from the
+// first of: -m/--master, --masters-file (not both), $REDLOCK_MASTERS_FILE, $REDLOCK_MASTERS.
 [[nodiscard]] Settings resolve(const Args& args);
 
 // "500ms", "10s", "1.5s", "2m", "1h"; a plain number is milliseconds. Throws UsageError

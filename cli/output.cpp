@@ -2,12 +2,17 @@
 
 #include <string>
 
+#include "secrets.h"
+
 namespace redlock_cli {
 namespace {
 
 double to_ms(std::chrono::microseconds value) { return static_cast<double>(value.count()) / 1000.0; }
 
-void write_line(std::FILE* stream, std::string_view text) {
+// Every line the tool prints goes through here: command-line words that may carry a password
+// (a -m URI quoted in a usage error, say) are masked on the way out.
+void write_line(std::FILE* stream, std::string_view raw) {
+  const std::string text = mask_secrets(raw);
   std::fwrite(text.data(), 1, text.size(), stream);
   std::fputc('\n', stream);
   std::fflush(stream);

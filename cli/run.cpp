@@ -1,15 +1,38 @@
-// cli/run.cpp — `redlock run RESOURCE -- command...`: acquire, run the command as a child
-// process, extend the lease every ttl/3 while it runs, release when it exits.
+// cli/run.cpp — `redlock run RESOURCE -- command...`: acquire, run the command in a process
+// group of its own, extend the lease every ttl/3 while any process of that group is left,
+// release once the whole group is gone.
 //
-// One thread supervises everything. SIGINT, SIGTERM, SIGHUP and SIGCHLD are blocked before
-// the Client starts its event-loop thread (which inherits the mask) and are read from a
-// signalfd; lock results come back from the loop thread through an eventfd. The main
-// thread polls the two and keeps time against the lock's deadline, so it always notices
-// a lost lock, a signal or the child's exit without waiting on anything else.
+// One thread supervises everything. The signals run handles are blocked before the Client
+// starts its event-loop thread (which inherits the mask) and are read from a signalfd; lock
+// results come back from the loop thread through an eventfd. The main thread polls the two
+// and keeps time against the lock's deadline, so it always notices a lost lock, a signal or
+// the command's exit without waiting on anything else.
+//
+// Loss. Another client may take the lock from the moment its validity ends (the deadline),
+// so the command's whole process group must be gone by then:
+//   SIGTERM (then SIGCONT) to the group at  deadline - kill_after - margin  at the latest
+//   (at once when an extend is refused: the key is gone or someone else's),
+//   SIGKILL to the group at  min(SIGTERM + kill_after, deadline - margin),
+// and redlock exits 75 only when no process of the group is left. The margin covers the
+// kernel tearing the processes down and this thread waking up late.
+//
+// Processes that leave the group (setsid, setpgid) are not covered: a process group is the
+// unit the kernel lets us signal. redlock is a child subreaper, so such processes come back
+// to it when their parents die; if any is still running at the end, it says so.
+//
+// Terminal. When redlock is a job of its own in the terminal's foreground (an interactive
+// shell started it), the command's group is made the foreground group, as a shell does for a
+// job: it reads the terminal and gets Ctrl-C / Ctrl-Z itself. When the command stops (Ctrl-Z),
+// redlock SIGSTOPs the whole group (a process that ignores SIGTSTP must not run on unrenewed),
+// takes the terminal back and stops too, so the shell sees the job stop; when it is
+// continued (fg/bg) it continues the command. The lease is not renewed while redlock is
+// stopped; if it ran out meanwhile, the group is killed before it runs again.
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,8 +40,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -29,16 +54,25 @@
 
 #include "commands.h"
 #include "exit_codes.h"
-
-extern char** environ;
+#include "secrets.h"
 
 namespace redlock_cli {
 namespace {
 
 using std::chrono::milliseconds;
 using TimePoint = std::chrono::steady_clock::time_point;
+using namespace std::chrono_literals;
 
-constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
+// Forwarded to the command's process group. SIGTSTP and SIGCONT are forwarded too (job control).
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+// Blocked and read from the signalfd as well. SIGTTIN/SIGTTOU are only blocked: redlock never
+// reads the terminal, a blocked SIGTTOU lets it write there from the background, and
+// tcsetpgrp() from the background needs it blocked.
+constexpr int kJobControlSignals[] = {SIGTSTP, SIGCONT, SIGTTIN, SIGTTOU};
+
+// While the group still has processes whose exit redlock may not hear of (their parent is
+// another process of the group), the group is checked this often.
+constexpr milliseconds kGroupCheckInterval{100};
 
 [[noreturn]] void throw_errno(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
 
@@ -46,6 +80,20 @@ std::string signal_name(int signal) {
   if (const char* abbrev = ::sigabbrev_np(signal)) return std::string("SIG") + abbrev;
   return "signal " + std::to_string(signal);
 }
+
+bool is_forwarded(int signal) {
+  return std::find(std::begin(kForwardedSignals), std::end(kForwardedSignals), signal) != std::end(kForwardedSignals);
+}
+
+std::string ms_text(std::chrono::nanoseconds value) {
+  return std::to_string(std::chrono::duration_cast<milliseconds>(value).count()) + " ms";
+}
+
+std::int64_t monotonic_ns(TimePoint when) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
+}
+
+Json time_json(const std::optional<TimePoint>& when) { return when ? Json(monotonic_ns(*when)) : Json(nullptr); }
 
 // Owns a file descriptor.
 class Fd {
@@ -102,13 +150,16 @@ class Mailbox {
 };
 
 // Blocks the signals run handles (in this thread, and so in every thread started later)
-// and reads them from a signalfd.
+// and reads them from a signalfd. Ignores SIGPIPE: a closed stderr must not kill redlock
+// while the command runs on without a lease.
 class SignalChannel {
  public:
   SignalChannel() : fd_(open()) {}
   [[nodiscard]] int fd() const noexcept { return fd_.get(); }
-  // The mask the process started with: what the child gets.
+  // The mask the process started with: what the command gets.
   [[nodiscard]] const sigset_t& original_mask() const noexcept { return original_; }
+  // Signals whose disposition redlock changed from the default: the command gets the default.
+  [[nodiscard]] const sigset_t& changed_to_default() const noexcept { return defaults_; }
 
   std::vector<signalfd_siginfo> read_all() const {
     std::vector<signalfd_siginfo> out;
@@ -130,45 +181,76 @@ class SignalChannel {
     sigset_t set;
     sigemptyset(&set);
     for (const int signal : kForwardedSignals) sigaddset(&set, signal);
+    for (const int signal : kJobControlSignals) sigaddset(&set, signal);
     sigaddset(&set, SIGCHLD);
     if (const int rc = ::pthread_sigmask(SIG_BLOCK, &set, &original_); rc != 0) {
       errno = rc;
       throw_errno("pthread_sigmask");
     }
-    // An inherited SIG_IGN for SIGCHLD would make the kernel reap the child behind our back.
+    sigemptyset(&defaults_);
+    sigaddset(&defaults_, SIGCHLD);
+    // An inherited SIG_IGN for SIGCHLD would make the kernel reap the children behind our back.
     struct sigaction action {};
     action.sa_handler = SIG_DFL;
     sigemptyset(&action.sa_mask);
     if (::sigaction(SIGCHLD, &action, nullptr) != 0) throw_errno("sigaction(SIGCHLD)");
+    struct sigaction previous {};
+    action.sa_handler = SIG_IGN;
+    if (::sigaction(SIGPIPE, &action, &previous) != 0) throw_errno("sigaction(SIGPIPE)");
+    if (previous.sa_handler != SIG_IGN) sigaddset(&defaults_, SIGPIPE);  // an inherited SIG_IGN stays
     const int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (fd < 0) throw_errno("signalfd");
     return fd;
   }
 
   sigset_t original_{};
+  sigset_t defaults_{};
   Fd fd_;
 };
 
-// posix_spawnp with the original signal mask and SIGCHLD back at its default. Returns the
-// pid, or -errno when the command could not be started (not found, not executable, ...).
-pid_t spawn(const std::vector<std::string>& program, const sigset_t& mask) {
-  std::vector<char*> argv;
-  argv.reserve(program.size() + 1);
-  for (const auto& arg : program) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
+// The controlling terminal, if redlock has one.
+class Terminal {
+ public:
+  Terminal() : fd_(::open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)) {}
+  [[nodiscard]] bool present() const noexcept { return fd_.get() >= 0; }
+  [[nodiscard]] int fd() const noexcept { return fd_.get(); }
+  [[nodiscard]] pid_t foreground() const { return present() ? ::tcgetpgrp(fd_.get()) : -1; }
+  [[nodiscard]] bool ours() const { return present() && foreground() == ::getpgrp(); }
+  // SIGTTOU is blocked, so this works from the background too.
+  bool give_to(pid_t pgid) const { return present() && ::tcsetpgrp(fd_.get(), pgid) == 0; }
 
-  posix_spawnattr_t attr;
-  if (const int rc = ::posix_spawnattr_init(&attr); rc != 0) return -rc;
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGCHLD);
-  ::posix_spawnattr_setsigmask(&attr, &mask);
-  ::posix_spawnattr_setsigdefault(&attr, &defaults);
-  ::posix_spawnattr_setflags(&attr, static_cast<short>(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF));
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ);
-  ::posix_spawnattr_destroy(&attr);
-  return rc == 0 ? pid : -rc;
+ private:
+  Fd fd_;
+};
+
+// Whether redlock is the only (running) process of its process group: a job of its own, as
+// an interactive shell starts it. In a script (the shell shares the group) or a pipeline
+// (`redlock run ... | less`), the others in the group keep the terminal.
+bool alone_in_process_group() {
+  const pid_t group = ::getpgrp();
+  const pid_t self = ::getpid();
+  std::error_code error;
+  for (std::filesystem::directory_iterator it("/proc", error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    if (pid == self) continue;
+    const int fd = ::open(("/proc/" + name + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char buffer[1024];
+    const ssize_t got = ::read(fd, buffer, sizeof(buffer) - 1);
+    ::close(fd);
+    if (got <= 0) continue;
+    const std::string_view stat(buffer, static_cast<std::size_t>(got));
+    const auto close = stat.rfind(')');  // the command name may contain anything
+    if (close == std::string_view::npos || close + 2 >= stat.size()) continue;
+    char state = 0;
+    long ppid = 0;
+    long pgrp = 0;
+    if (std::sscanf(std::string(stat.substr(close + 2)).c_str(), "%c %ld %ld", &state, &ppid, &pgrp) != 3) continue;
+    if (state != 'Z' && static_cast<pid_t>(pgrp) == group) return false;
+  }
+  return true;
 }
 
 int spawn_failure_exit_code(int error) {
@@ -200,13 +282,24 @@ class RunSession {
   int run();
 
  private:
+  void check_kill_after();
   void poll_once(int timeout_ms) const;
   std::optional<int> acquire();  // the exit status if the lock was not acquired
+  int spawn_command();           // 0, or the errno of a failed spawn
   void supervise();
+  int next_timeout() const;
+  void keep_time();
   void on_signal(const signalfd_siginfo& info);
   void on_extend(redlock::Result result);
   void reap();
+  void on_command_stopped(int signal);
+  void stop_self();
+  void continue_command();
+  void check_group();
+  void signal_group(int signal);
   void lose(const std::string& why, const redlock::Result* result);
+  void restore_terminal();
+  [[nodiscard]] TimePoint sigterm_due() const { return lock_.deadline - kill_after_ - margin_; }
   int child_exit_code() const;
   void report(int code, const redlock::Result* release) const;
   std::string resource() const { return "'" + printable(settings_.resource) + "'"; }
@@ -214,20 +307,57 @@ class RunSession {
   const Settings& settings_;
   const Output& out_;
   SignalChannel signals_;
+  Terminal terminal_;
   std::shared_ptr<Mailbox> mailbox_ = std::make_shared<Mailbox>();
   std::optional<redlock::Client> client_;  // last: built after the signals are blocked
 
   redlock::Result acquired_;
   redlock::Lock lock_;
+  milliseconds kill_after_{};
+  milliseconds margin_{};
   TimePoint next_extend_{};
   bool extend_in_flight_ = false;
   int extends_ = 0;
+
+  // The command: its first process, whose pid is also the process group's id.
+  pid_t child_ = -1;
+  std::optional<int> child_status_;  // waitpid status once it has exited (reaped)
+  bool child_stopped_ = false;
+  bool resume_after_stop_ = false;  // redlock was stopped with the command and has been continued
+  std::optional<TimePoint> group_gone_;
+  bool job_control_ = false;     // redlock is a job of its own on its controlling terminal
+  bool handed_terminal_ = false;  // the command's group was made the terminal's foreground group
+  bool strays_ = false;           // processes that left the group still ran at the end
+
   bool lost_ = false;
   std::string lost_reason_;
-  pid_t child_ = -1;
-  std::optional<int> child_status_;  // waitpid status once it has exited
+  TimePoint kill_at_{};
+  std::optional<TimePoint> sigterm_at_;
+  std::optional<TimePoint> sigkill_at_;
   std::vector<std::string> forwarded_;
 };
+
+void RunSession::check_kill_after() {
+  const auto ttl = client_->options().ttl;
+  margin_ = std::clamp(ttl / 20, milliseconds(10), milliseconds(500));
+  kill_after_ = settings_.kill_after.value_or(ttl / 10);
+  // SIGTERM must not come before the first extend is even tried (ttl/3 after the grant),
+  // and a grant or extend lasts at most ttl - drift: kill_after + margin < 2/3 ttl - drift.
+  const auto drift = std::chrono::ceil<milliseconds>(client_->drift(ttl));
+  const milliseconds limit = ttl - drift - ttl / 3 - margin_;
+  if (kill_after_ < limit) return;
+  const std::string rule = "SIGTERM comes kill-after + " + std::to_string(margin_.count()) +
+                           " ms (the margin) before the lock's deadline, which is at most " +
+                           std::to_string((ttl - drift).count()) + " ms after each extend, and not before the first extend (" +
+                           std::to_string((ttl / 3).count()) + " ms)";
+  if (limit <= milliseconds(0)) {
+    throw UsageError("--ttl " + std::to_string(ttl.count()) + "ms is too short for run: " + rule);
+  }
+  const std::string value = settings_.kill_after ? "'" + settings_.kill_after_text + "'"
+                                                 : std::to_string(kill_after_.count()) + "ms (the default, ttl/10)";
+  throw UsageError("--kill-after " + value + " is too long for --ttl " + std::to_string(ttl.count()) + "ms: " + rule +
+                   "; with this ttl it can be at most " + std::to_string(limit.count() - 1) + "ms");
+}
 
 void RunSession::poll_once(int timeout_ms) const {
   pollfd fds[2] = {{signals_.fd(), POLLIN, 0}, {mailbox_->fd(), POLLIN, 0}};
@@ -236,20 +366,33 @@ void RunSession::poll_once(int timeout_ms) const {
 
 int RunSession::run() {
   client_.emplace(settings_.client);  // its loop thread inherits the blocked signals
+  check_kill_after();
+  // Orphans of the command (a grandchild whose parent died) become our children, so their
+  // exits wake us up and we reap them; otherwise an unreaped zombie would keep the group alive.
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) throw_errno("prctl(PR_SET_CHILD_SUBREAPER)");
   warm_up(*client_);
   if (const auto failed = acquire()) return *failed;
 
-  child_ = spawn(settings_.program, signals_.original_mask());
-  if (child_ < 0) {
-    const int error = -child_;
+  if (client_->now() >= sigterm_due()) {
+    // Granted so late that the command would have to be stopped as soon as it started.
+    const auto released = client_->release(lock_);
+    lost_ = true;
+    lost_reason_ = "the lease left after the acquire is shorter than --kill-after + margin; the command was not started";
+    if (!out_.json()) out_.note("lost the lock on " + resource() + ": " + lost_reason_);
+    report(kExitLost, &released);
+    return kExitLost;
+  }
+
+  if (const int error = spawn_command(); error != 0) {
     const int code = spawn_failure_exit_code(error);
     const auto released = client_->release(lock_);
+    const std::string message = "cannot run '" + printable(settings_.program.front()) + "': " + std::strerror(error);
     if (!out_.json()) {
-      out_.note("cannot run '" + printable(settings_.program.front()) + "': " + std::strerror(error));
+      out_.note(message);
     } else {
       auto object = result_json(acquired_, "run", settings_.resource, settings_.key);
       object["exit_code"] = code;
-      object["error"] = std::string("cannot run '") + settings_.program.front() + "': " + std::strerror(error);
+      object["error"] = message;
       object["release"] = result_json(released, "release", settings_.resource, settings_.key, lock_.token);
       Output::emit(stderr, object);
     }
@@ -257,6 +400,7 @@ int RunSession::run() {
   }
 
   supervise();
+  restore_terminal();
 
   // The lock is released even after a loss: compare-and-delete removes only our own token.
   const redlock::Result released = client_->release(lock_);
@@ -276,7 +420,9 @@ std::optional<int> RunSession::acquire() {
     poll_once(-1);
     for (const auto& info : signals_.read_all()) {
       const int signal = static_cast<int>(info.ssi_signo);
-      if (signal != SIGCHLD && interrupted == 0) {
+      if (signal == SIGTSTP && interrupted == 0) {
+        ::kill(::getpid(), SIGSTOP);  // Ctrl-Z while waiting: nothing runs under the lock yet
+      } else if (is_forwarded(signal) && interrupted == 0) {
         interrupted = signal;
         client_->cancel(id);
       }
@@ -313,28 +459,122 @@ std::optional<int> RunSession::acquire() {
   return std::nullopt;
 }
 
-void RunSession::supervise() {
-  while (!child_status_) {
-    int timeout = -1;
-    if (!lost_) {
-      const auto now = client_->now();
-      timeout = extend_in_flight_ ? -1 : poll_timeout(now, lock_.deadline);
-      if (!settings_.no_extend && !extend_in_flight_) timeout = std::min(timeout, poll_timeout(now, next_extend_));
+// posix_spawnp into a new process group (POSIX_SPAWN_SETPGROUP, pgid = its pid), with the
+// original signal mask, the dispositions redlock changed back at their defaults, and the
+// environment of command_environment(). As a job of its own in the terminal's foreground,
+// the command's group is made the foreground group before exec (glibc's tcsetpgrp file
+// action), so it never finds itself in the background.
+int RunSession::spawn_command() {
+  std::vector<char*> argv;
+  argv.reserve(settings_.program.size() + 1);
+  for (const auto& arg : settings_.program) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings =
+      command_environment(settings_.resource, settings_.key, lock_.token, settings_.masters_file);
+  std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
+  for (auto& entry : env_strings) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+
+  job_control_ = terminal_.present() && alone_in_process_group();
+  const bool take_terminal = job_control_ && terminal_.ours();
+  for (const bool with_terminal : {take_terminal, false}) {
+    posix_spawnattr_t attr;
+    if (const int rc = ::posix_spawnattr_init(&attr); rc != 0) return rc;
+    posix_spawn_file_actions_t actions;
+    if (const int rc = ::posix_spawn_file_actions_init(&actions); rc != 0) {
+      ::posix_spawnattr_destroy(&attr);
+      return rc;
     }
-    poll_once(timeout);
+    ::posix_spawnattr_setsigmask(&attr, &signals_.original_mask());
+    ::posix_spawnattr_setsigdefault(&attr, &signals_.changed_to_default());
+    ::posix_spawnattr_setpgroup(&attr, 0);
+    ::posix_spawnattr_setflags(&attr,
+                               static_cast<short>(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP));
+    if (with_terminal) ::posix_spawn_file_actions_addtcsetpgrp_np(&actions, terminal_.fd());
+    pid_t pid = -1;
+    const int rc = ::posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
+    ::posix_spawn_file_actions_destroy(&actions);
+    ::posix_spawnattr_destroy(&attr);
+    if (rc == 0) {
+      child_ = pid;
+      handed_terminal_ = with_terminal;
+      return 0;
+    }
+    // The terminal step can fail if the terminal changed hands meanwhile: then without it.
+    // (A failed spawn ran nothing of the command, so trying again is safe.)
+    if (!with_terminal) return rc;
+  }
+  return EINVAL;  // not reached
+}
+
+void RunSession::supervise() {
+  while (!group_gone_) {
+    poll_once(next_timeout());
     for (const auto& info : signals_.read_all()) on_signal(info);
     for (auto& result : mailbox_->take()) on_extend(std::move(result));
-    if (child_status_ || lost_ || extend_in_flight_) continue;
+    check_group();
+    keep_time();
+    if (resume_after_stop_) {
+      // redlock was stopped with the command and is running again. keep_time() has just
+      // killed the group if the lease ran out meanwhile; otherwise the command continues.
+      resume_after_stop_ = false;
+      if (!group_gone_ && !sigkill_at_) continue_command();
+    }
+  }
+  // Processes that left the group but were handed to us (subreaper) and still run: after
+  // reaping whatever has exited, waitpid() says 0 only when children are left.
+  for (;;) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0 || (pid < 0 && errno == EINTR)) continue;
+    strays_ = pid == 0;
+    break;
+  }
+  if (strays_ && !out_.json()) {
+    out_.note("warning: processes the command started left its process group (setsid/setpgid) and still run; "
+              "the lock does not cover them");
+  }
+}
 
-    const auto now = client_->now();
-    if (now >= lock_.deadline) {
-      // No extend in flight, so nothing can renew the lease any more.
-      lose(settings_.no_extend ? "the lease ran out while the command was still running (--no-extend)"
-                               : "the lease ran out before an extend succeeded",
-           nullptr);
-    } else if (!settings_.no_extend && now >= next_extend_) {
-      extend_in_flight_ = true;
-      client_->extend_async(lock_, Mailbox::callback(mailbox_));
+int RunSession::next_timeout() const {
+  const auto now = client_->now();
+  int timeout = -1;
+  const auto until = [&](TimePoint when) {
+    const int ms = poll_timeout(now, when);
+    timeout = timeout < 0 ? ms : std::min(timeout, ms);
+  };
+  if (!lost_) {
+    until(sigterm_due());
+    if (!settings_.no_extend && !extend_in_flight_) until(next_extend_);
+  } else if (!sigkill_at_) {
+    until(kill_at_);
+  }
+  // The first process is gone, others of the group are not: not every exit reaches us.
+  if (child_status_) until(now + kGroupCheckInterval);
+  return timeout;
+}
+
+void RunSession::keep_time() {
+  if (group_gone_) return;
+  const auto now = client_->now();
+  if (!lost_ && now >= sigterm_due()) {
+    // An extend may still be in flight, but its answer could come too late to stop the
+    // group in time: the loss is decided now.
+    lose(settings_.no_extend ? "the lease is about to run out (--no-extend)"
+                             : "no extend succeeded and the lease is about to run out",
+         nullptr);
+  } else if (!lost_ && !settings_.no_extend && !extend_in_flight_ && now >= next_extend_) {
+    extend_in_flight_ = true;
+    client_->extend_async(lock_, Mailbox::callback(mailbox_));
+  }
+  if (lost_ && !sigkill_at_ && now >= kill_at_) {
+    signal_group(SIGKILL);
+    sigkill_at_ = now;
+    if (!out_.json()) {
+      out_.note("the command's process group was still running " + std::to_string(kill_after_.count()) +
+                " ms after SIGTERM or at the kill margin; sent SIGKILL, " + ms_text(lock_.deadline - now) +
+                " before the lock's deadline");
     }
   }
 }
@@ -345,20 +585,79 @@ void RunSession::on_signal(const signalfd_siginfo& info) {
     reap();
     return;
   }
-  // A signal from the kernel to the whole foreground process group (Ctrl-C, terminal
-  // hangup) has reached the command already: forwarding it would deliver it twice.
-  if (info.ssi_code == SI_KERNEL || child_status_) return;
+  if (group_gone_ || signal == SIGTTIN || signal == SIGTTOU) return;
+  if (signal == SIGCONT) {
+    continue_command();
+    return;
+  }
+  // Sent to redlock (kill, a script's shell, the terminal when the command's group is not the
+  // foreground one): it is meant for the command. The terminal never sends it twice: when the
+  // command's group is the foreground group, redlock's is not.
   forwarded_.push_back(signal_name(signal));
-  ::kill(child_, signal);
+  signal_group(signal);
+  // A stopped group would only get a terminating signal once continued (as a shell's kill does).
+  if (child_stopped_ && signal != SIGTSTP && !(signal == SIGUSR1 || signal == SIGUSR2)) signal_group(SIGCONT);
 }
 
 void RunSession::reap() {
-  int status = 0;
-  pid_t got = 0;
-  do {
-    got = ::waitpid(child_, &status, WNOHANG);
-  } while (got < 0 && errno == EINTR);
-  if (got == child_) child_status_ = status;
+  for (;;) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid <= 0) return;
+    if (pid != child_) continue;  // an orphan of the command's, handed to us as subreaper: reaped
+    if (WIFSTOPPED(status)) {
+      on_command_stopped(WSTOPSIG(status));
+    } else if (WIFCONTINUED(status)) {
+      child_stopped_ = false;
+    } else {
+      child_status_ = status;
+      child_stopped_ = false;
+    }
+  }
+}
+
+void RunSession::on_command_stopped(int signal) {
+  child_stopped_ = true;
+  if (!terminal_.present() || lost_) return;  // no job control: keep the lease; SIGCONT continues it
+  if ((signal == SIGTTIN || signal == SIGTTOU) && terminal_.ours()) {
+    // The command wants the terminal, and redlock's job has it to give (e.g. in a script).
+    if (terminal_.give_to(child_)) {
+      handed_terminal_ = true;
+      signal_group(SIGCONT);
+      return;
+    }
+  }
+  // A job-control stop (Ctrl-Z), or terminal access from the background: the whole job stops,
+  // so the shell above gets the terminal back and can continue it with fg or bg. A stopped
+  // redlock renews nothing, so no process of the group may run on meanwhile: SIGSTOP (which
+  // cannot be ignored) also stops those that ignore or catch SIGTSTP.
+  signal_group(SIGSTOP);
+  if (handed_terminal_ && terminal_.foreground() == child_) terminal_.give_to(::getpgrp());
+  stop_self();
+}
+
+void RunSession::stop_self() {
+  // SIGSTOP: our SIGTSTP is blocked. Execution goes on here once we are continued.
+  ::kill(::getpid(), SIGSTOP);
+  resume_after_stop_ = true;
+}
+
+void RunSession::continue_command() {
+  if (lost_ && client_->now() >= kill_at_) return;  // SIGKILL is due: it must not run again
+  if (job_control_ && terminal_.ours() && terminal_.give_to(child_)) handed_terminal_ = true;
+  signal_group(SIGCONT);
+}
+
+void RunSession::check_group() {
+  // While the first process exists (even as a zombie) the group does.
+  if (!child_status_ || group_gone_) return;
+  if (::kill(-child_, 0) != 0 && errno == ESRCH) group_gone_ = client_->now();
+}
+
+void RunSession::signal_group(int signal) {
+  // Never after the group is gone: its id may be reused by an unrelated group.
+  if (!group_gone_) ::kill(-child_, signal);
 }
 
 void RunSession::on_extend(redlock::Result result) {
@@ -388,16 +687,35 @@ void RunSession::on_extend(redlock::Result result) {
 void RunSession::lose(const std::string& why, const redlock::Result* result) {
   lost_ = true;
   lost_reason_ = why;
-  const bool alive = !child_status_.has_value();
-  if (alive) ::kill(child_, SIGTERM);
-  if (out_.json()) return;
+  const auto now = client_->now();
+  kill_at_ = std::min(now + kill_after_, lock_.deadline - margin_);
   std::string text = "lost the lock on " + resource() + ": " + why;
-  if (alive) text += "; sent SIGTERM to the command (pid " + std::to_string(child_) + "), will exit 75";
+  if (!group_gone_) {
+    const std::string group = "the command's process group " + std::to_string(child_);
+    if (now >= kill_at_) {
+      // No time for SIGTERM (--kill-after 0, or redlock was stopped past the point).
+      signal_group(SIGKILL);
+      sigkill_at_ = now;
+      text += "; sent SIGKILL to " + group;
+    } else {
+      signal_group(SIGTERM);
+      signal_group(SIGCONT);  // a stopped process acts on SIGTERM only once continued
+      sigterm_at_ = now;
+      text += "; sent SIGTERM to " + group + ", SIGKILL in " + ms_text(kill_at_ - now) + " if it is still running";
+    }
+    text += " (the lock's validity ends in " + ms_text(lock_.deadline - now) + "); will exit 75";
+  }
+  if (out_.json()) return;
   if (result != nullptr) {
     out_.failure(text, *result);
   } else {
     out_.note(text);
   }
+}
+
+void RunSession::restore_terminal() {
+  // The terminal still names the (now empty) group we gave it to: take it back for our job.
+  if (handed_terminal_ && terminal_.foreground() == child_) terminal_.give_to(::getpgrp());
 }
 
 int RunSession::child_exit_code() const {
@@ -416,11 +734,22 @@ void RunSession::report(int code, const redlock::Result* release) const {
   object["lost_reason"] = lost_ ? Json(lost_reason_) : Json(nullptr);
   const int status = child_status_.value_or(0);
   object["child"] = {
-      {"pid", child_},
-      {"exit_status", WIFEXITED(status) ? Json(WEXITSTATUS(status)) : Json(nullptr)},
-      {"signal", WIFSIGNALED(status) ? Json(signal_name(WTERMSIG(status))) : Json(nullptr)},
+      {"pid", child_ > 0 ? Json(child_) : Json(nullptr)},
+      {"pgid", child_ > 0 ? Json(child_) : Json(nullptr)},
+      {"exit_status", child_status_ && WIFEXITED(status) ? Json(WEXITSTATUS(status)) : Json(nullptr)},
+      {"signal", child_status_ && WIFSIGNALED(status) ? Json(signal_name(WTERMSIG(status))) : Json(nullptr)},
   };
   object["forwarded_signals"] = forwarded_;
+  // Times are CLOCK_MONOTONIC nanoseconds (steady_clock), comparable across processes.
+  object["lease"] = {
+      {"deadline_ns", monotonic_ns(lock_.deadline)},
+      {"kill_after_ms", kill_after_.count()},
+      {"margin_ms", margin_.count()},
+      {"sigterm_ns", time_json(sigterm_at_)},
+      {"sigkill_ns", time_json(sigkill_at_)},
+      {"group_gone_ns", time_json(group_gone_)},
+  };
+  object["left_group_running"] = strays_;
   if (release != nullptr) {
     object["release"] = result_json(*release, "release", settings_.resource, settings_.key, lock_.token);
   }

@@ -1,12 +1,16 @@
 // End-to-end tests of the `redlock` command-line tool (cli/): the built binary is run as a
-// child process against three real redis-servers, and the keys are checked from a second
+// child process against real redis-servers, and the keys are checked from a second
 // connection (RedisServer::command).
 //
 // The binary is found next to this test's build directory: build/<preset>/tests/cli_test
 // -> build/<preset>/cli/redlock. Every process a test starts is put in its own process
 // group, and the whole group is SIGKILLed and reaped when the test's Process object goes
-// away, so no test leaves a child (or a grandchild such as `sleep`) behind.
+// away. `redlock run` puts the command in a process group of its own; tests that start
+// one kill that group too (GroupGuard), so no test leaves a child (or a grandchild such as
+// `sleep`) behind even when the tool under test misbehaves.
 #include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -16,17 +20,21 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "support/redis_server.h"
@@ -38,6 +46,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using redlock::support::RedisServerGroup;
+using redlock::support::RedisServerOptions;
 using redlock::support::Reply;
 using SteadyClock = std::chrono::steady_clock;
 
@@ -52,6 +61,159 @@ std::string read_file(const fs::path& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// This process's environment without the tool's own variables, plus `extra`.
+std::vector<std::string> tool_environment(const std::vector<std::string>& extra) {
+  std::vector<std::string> out;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    if (std::strncmp(*entry, "REDLOCK_", 8) != 0) out.emplace_back(*entry);
+  }
+  out.insert(out.end(), extra.begin(), extra.end());
+  return out;
+}
+
+// argv/envp for exec: pointers into `strings`, null-terminated.
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& text : strings) out.push_back(text.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// CLOCK_MONOTONIC in nanoseconds: steady_clock on Linux, and the clock of the tool's
+// --json timestamps (lease.deadline_ns, ...).
+std::int64_t monotonic_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch()).count();
+}
+
+struct ProcStat {
+  std::string name;  // the command name (comm)
+  char state = '?';
+  pid_t pgrp = -1;
+  pid_t session = -1;
+};
+
+// Fields 3, 5 and 6 of /proc/PID/stat; nullopt once the process is gone (reaped).
+std::optional<ProcStat> proc_stat(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');  // the command name may contain anything
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat.substr(close + 1));
+  ProcStat out;
+  if (const auto open = stat.find('('); open != std::string::npos && open < close) {
+    out.name = stat.substr(open + 1, close - open - 1);
+  }
+  long ppid = 0;
+  long pgrp = 0;
+  long session = 0;
+  if (!(fields >> out.state >> ppid >> pgrp >> session)) return std::nullopt;
+  out.pgrp = static_cast<pid_t>(pgrp);
+  out.session = static_cast<pid_t>(session);
+  return out;
+}
+
+// Processes that are still running (zombies excepted: they run nothing) and match `pred`.
+std::vector<pid_t> live_processes(const std::function<bool(const ProcStat&)>& pred) {
+  std::vector<pid_t> out;
+  std::error_code error;
+  for (fs::directory_iterator it("/proc", error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    const auto stat = proc_stat(pid);
+    if (stat && stat->state != 'Z' && pred(*stat)) out.push_back(pid);
+  }
+  return out;
+}
+
+// The live members of process group `pgid`. kill(-pgid, 0) answers ESRCH only when not even
+// a zombie is left, so a success is checked against /proc.
+std::vector<pid_t> live_members(pid_t pgid) {
+  if (::kill(-pgid, 0) != 0 && errno == ESRCH) return {};
+  return live_processes([pgid](const ProcStat& stat) { return stat.pgrp == pgid; });
+}
+
+// SIGKILLs a process group (the command `redlock run` started) when the test ends, so a
+// tool that leaves it behind does not leave it running.
+class GroupGuard {
+ public:
+  void watch(pid_t pgid) { pgid_ = pgid; }
+  ~GroupGuard() {
+    if (pgid_ > 1 && pgid_ != ::getpgrp()) ::kill(-pgid_, SIGKILL);
+  }
+
+ private:
+  pid_t pgid_ = -1;
+};
+
+// A private temporary directory, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/redlock_cli_test_dir.XXXXXX";
+    if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  [[nodiscard]] const fs::path& path() const { return path_; }
+  [[nodiscard]] fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+void write_file(const fs::path& path, const std::string& text, fs::perms mode) {
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+  }
+  fs::permissions(path, mode);
+}
+
+// The pid a command wrote to `path` (`echo $$ > path`), once it is there.
+pid_t wait_for_pid_file(const fs::path& path, std::chrono::milliseconds timeout = 10s) {
+  const auto give_up = SteadyClock::now() + timeout;
+  while (SteadyClock::now() < give_up) {
+    const std::string text = read_file(path);
+    if (!text.empty() && text.back() == '\n') return static_cast<pid_t>(std::stol(text));
+    std::this_thread::sleep_for(2ms);
+  }
+  return -1;
+}
+
+// "redis://host:port" -> "redis://<userinfo>@host:port".
+std::string with_userinfo(const std::string& uri, const std::string& userinfo) {
+  return "redis://" + userinfo + "@" + uri.substr(std::string("redis://").size());
+}
+
+// --no-restart-guard (the masters were just started) and -m for each master, then `args`.
+std::vector<std::string> args_for(const std::vector<std::string>& uris, const std::vector<std::string>& args) {
+  std::vector<std::string> all{"--no-restart-guard"};
+  for (const auto& uri : uris) {
+    all.emplace_back("-m");
+    all.push_back(uri);
+  }
+  all.insert(all.end(), args.begin(), args.end());
+  return all;
+}
+
+// The last line of `text` that is a JSON object (run --json writes it last on stderr).
+nlohmann::json last_json_line(const std::string& text) {
+  std::istringstream lines(text);
+  nlohmann::json found;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.front() == '{') {
+      auto parsed = nlohmann::json::parse(line, nullptr, false);
+      if (!parsed.is_discarded()) found = std::move(parsed);
+    }
+  }
+  return found;
 }
 
 struct Finished {
@@ -72,20 +234,11 @@ class Process {
     dir_ = pattern;
 
     // Everything the child needs is prepared before fork(): after it, only exec.
-    std::vector<std::string> env_strings;
-    for (char** entry = environ; *entry != nullptr; ++entry) {
-      if (std::strncmp(*entry, "REDLOCK_MASTERS=", 16) != 0) env_strings.emplace_back(*entry);
-    }
-    env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
-    std::vector<char*> envp;
-    for (auto& entry : env_strings) envp.push_back(entry.data());
-    envp.push_back(nullptr);
-    const std::string binary = cli_binary().string();
-    std::vector<std::string> argv_strings{binary};
+    std::vector<std::string> env_strings = tool_environment(extra_env);
+    std::vector<char*> envp = pointers(env_strings);
+    std::vector<std::string> argv_strings{cli_binary().string()};
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& arg : argv_strings) argv.push_back(arg.data());
-    argv.push_back(nullptr);
+    std::vector<char*> argv = pointers(argv_strings);
 
     const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     const int out = ::open((dir_ / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -122,6 +275,13 @@ class Process {
   Process& operator=(const Process&) = delete;
 
   [[nodiscard]] pid_t pid() const { return pid_; }
+
+  // Whether the process has exited. It stays a zombie (its pid and process group are not
+  // reused) until wait().
+  [[nodiscard]] bool exited() const {
+    siginfo_t info{};
+    return ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_;
+  }
 
   // Waits for the process to exit; after `timeout` kills its group and reports timed_out.
   Finished wait(std::chrono::milliseconds timeout = 30s) {
@@ -173,6 +333,106 @@ std::string describe(const Finished& f) {
          "\nstderr: " + f.err;
 }
 
+// The tool on a pseudo-terminal, as an interactive shell starts a job: session leader with
+// the terminal as its controlling terminal, in the terminal's foreground process group,
+// stdin/stdout/stderr on the terminal. The destructor kills everything in its session.
+class PtyProcess {
+ public:
+  explicit PtyProcess(const std::vector<std::string>& args) {
+    std::vector<std::string> env_strings = tool_environment({});
+    std::vector<char*> envp = pointers(env_strings);
+    std::vector<std::string> argv_strings{cli_binary().string()};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv = pointers(argv_strings);
+    pid_ = ::forkpty(&master_, nullptr, nullptr, nullptr);
+    if (pid_ == 0) {
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+    if (pid_ < 0) throw std::runtime_error("forkpty failed");
+    ::fcntl(master_, F_SETFL, ::fcntl(master_, F_GETFL) | O_NONBLOCK);
+  }
+  ~PtyProcess() {
+    if (!reaped_) {
+      for (const pid_t pid : live_processes([this](const ProcStat& stat) { return stat.session == pid_; })) {
+        ::kill(pid, SIGKILL);
+      }
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    ::close(master_);
+  }
+  PtyProcess(const PtyProcess&) = delete;
+  PtyProcess& operator=(const PtyProcess&) = delete;
+
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  [[nodiscard]] const std::string& screen() const { return screen_; }
+
+  void type(const std::string& text) const {
+    if (::write(master_, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      throw std::runtime_error("write to the terminal failed");
+    }
+  }
+
+  // Reads the terminal until `text` has appeared on it.
+  bool read_until(const std::string& text, std::chrono::milliseconds timeout = 10s) {
+    const auto give_up = SteadyClock::now() + timeout;
+    while (screen_.find(text) == std::string::npos) {
+      if (SteadyClock::now() >= give_up) return false;
+      drain(20);
+    }
+    return true;
+  }
+
+  // Waits until the tool is stopped (true), or has exited or `timeout` passed (false).
+  bool wait_stopped(std::chrono::milliseconds timeout) {
+    const auto give_up = SteadyClock::now() + timeout;
+    while (!reaped_ && SteadyClock::now() < give_up) {
+      int status = 0;
+      const pid_t got = ::waitpid(pid_, &status, WUNTRACED | WNOHANG);
+      if (got == pid_ && WIFSTOPPED(status)) return true;
+      if (got == pid_) record_exit(status);
+      drain(5);
+    }
+    return false;
+  }
+
+  // The exit status (128+N if killed by signal N), or -1 if it is still running after `timeout`.
+  int wait_exit(std::chrono::milliseconds timeout) {
+    const auto give_up = SteadyClock::now() + timeout;
+    while (!reaped_ && SteadyClock::now() < give_up) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) record_exit(status);
+      drain(5);
+    }
+    drain(0);
+    return exit_code_;
+  }
+
+ private:
+  void drain(int timeout_ms) {
+    pollfd fd{master_, POLLIN, 0};
+    if (::poll(&fd, 1, timeout_ms) <= 0) return;
+    char buffer[4096];
+    for (;;) {
+      const ssize_t got = ::read(master_, buffer, sizeof(buffer));
+      if (got <= 0) return;  // EAGAIN, or EIO once nothing has the terminal open
+      screen_.append(buffer, static_cast<std::size_t>(got));
+    }
+  }
+  void record_exit(int status) {
+    reaped_ = true;
+    if (WIFEXITED(status)) exit_code_ = WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) exit_code_ = 128 + WTERMSIG(status);
+  }
+
+  int master_ = -1;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int exit_code_ = -1;
+  std::string screen_;
+};
+
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -181,19 +441,13 @@ class CliTest : public ::testing::Test {
 
   // The masters were started a moment ago, so the restart guard (on by default) would not
   // count their votes yet; RestartGuardIgnoresFreshMastersByDefault covers it.
-  std::vector<std::string> with_masters(std::vector<std::string> args) const {
-    std::vector<std::string> all{"--no-restart-guard"};
-    for (const auto& uri : masters_.uris()) {
-      all.emplace_back("-m");
-      all.push_back(uri);
-    }
-    all.insert(all.end(), args.begin(), args.end());
-    return all;
+  std::vector<std::string> with_masters(const std::vector<std::string>& args) const {
+    return args_for(masters_.uris(), args);
   }
 
   // Runs `redlock -m ... args` to completion.
   Finished redlock(std::vector<std::string> args, std::chrono::milliseconds timeout = 30s) {
-    Process process(with_masters(std::move(args)));
+    Process process(with_masters(args));
     return process.wait(timeout);
   }
 
@@ -341,7 +595,7 @@ TEST_F(CliTest, RunWithoutExtendStopsTheCommandWhenTheLeaseEnds) {
   EXPECT_EQ(f.exit_code, 75) << describe(f);
   EXPECT_GE(f.elapsed, 250ms);
   EXPECT_LT(f.elapsed, 5s);
-  EXPECT_NE(f.err.find("lease ran out"), std::string::npos) << f.err;
+  EXPECT_NE(f.err.find("lease is about to run out"), std::string::npos) << f.err;
 }
 
 TEST_F(CliTest, RunDoesNotStartTheCommandWhenTheLockIsTaken) {
@@ -356,15 +610,158 @@ TEST_F(CliTest, RunDoesNotStartTheCommandWhenTheLockIsTaken) {
   fs::remove_all(dir_pattern);
 }
 
-TEST_F(CliTest, RunForwardsSigtermToTheCommand) {
-  Process process(with_masters({"run", "job", "--", "sleep", "30"}));
-  ASSERT_TRUE(eventually([&] { return masters_holding("redlock:job") >= 2; }));
-  std::this_thread::sleep_for(100ms);  // let the tool start the command
+TEST_F(CliTest, RunForwardsSigtermToTheCommandsWholeGroupThenReleases) {
+  TempDir dir;
+  GroupGuard guard;
+  Process process(
+      with_masters({"run", "job", "--", "sh", "-c", "echo $$ > \"$1\"; sleep 30", "sh", (dir / "pid").string()}));
+  const pid_t command = wait_for_pid_file(dir / "pid");
+  ASSERT_GT(command, 0);
+  const auto stat = proc_stat(command);
+  ASSERT_TRUE(stat.has_value());
+  guard.watch(stat->pgrp);
+  EXPECT_EQ(stat->pgrp, command) << "the command is not in a process group of its own";
+  ASSERT_TRUE(eventually([&] { return live_members(stat->pgrp).size() >= 2; }));  // sh and its sleep
   ASSERT_EQ(::kill(process.pid(), SIGTERM), 0);
-  const Finished f = process.wait(10s);
-  EXPECT_FALSE(f.timed_out) << describe(f);
+  ASSERT_TRUE(eventually([&] { return process.exited(); }, 10s));
+  EXPECT_EQ(live_members(stat->pgrp), std::vector<pid_t>{}) << "the tool exited leaving the command's group alive";
+  const Finished f = process.wait();
   EXPECT_EQ(f.exit_code, 128 + SIGTERM) << describe(f);  // the command died of the forwarded SIGTERM
   EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }));
+}
+
+TEST_F(CliTest, RunHoldsTheLockUntilTheCommandsWholeGroupIsGone) {
+  TempDir dir;
+  GroupGuard guard;
+  // sh exits at once; the background job it started stays in the group for another 1.5 s.
+  Process process(with_masters({"run", "job", "--", "sh", "-c",
+                                "echo $$ > \"$1\"; (sleep 1.5; echo background-done) & exit 0", "sh",
+                                (dir / "pid").string()}));
+  const pid_t command = wait_for_pid_file(dir / "pid");
+  ASSERT_GT(command, 0);
+  const auto stat = proc_stat(command);
+  ASSERT_TRUE(stat.has_value());
+  guard.watch(stat->pgrp);
+  ASSERT_TRUE(eventually([&] {
+    const auto now = proc_stat(command);
+    return !now || now->state == 'Z';
+  }));
+  ASSERT_FALSE(live_members(stat->pgrp).empty());
+  const Finished other = redlock({"--retry-count", "0", "acquire", "job"});
+  EXPECT_EQ(other.exit_code, 73) << "the lock was free while the command's background job still ran\n"
+                                 << describe(other);
+  const Finished f = process.wait(10s);
+  EXPECT_EQ(f.exit_code, 0) << describe(f);
+  EXPECT_NE(f.out.find("background-done"), std::string::npos) << describe(f);
+  EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }));
+}
+
+// The documented limit: a process that leaves the group (setsid) is not covered. It comes
+// back to redlock (a subreaper) when its parent exits, and redlock says it is still running.
+TEST_F(CliTest, RunWarnsAboutAProcessThatLeftTheGroup) {
+  TempDir dir;
+  Process process(with_masters({"run", "job", "--", "sh", "-c", "setsid sleep 30 & echo $! > \"$1\"", "sh",
+                                (dir / "pid").string()}));
+  const Finished f = process.wait(10s);
+  const pid_t escaped = wait_for_pid_file(dir / "pid", 1s);
+  ASSERT_GT(escaped, 0) << describe(f);
+  const auto stat = proc_stat(escaped);
+  EXPECT_TRUE(stat && stat->session == escaped) << "sleep did not get a session of its own";
+  ::kill(escaped, SIGKILL);
+  EXPECT_EQ(f.exit_code, 0) << describe(f);
+  EXPECT_NE(f.err.find("left its process group"), std::string::npos) << f.err;
+}
+
+TEST_F(CliTest, KillAfterLongerThanTheTtlAllowsIsAUsageErrorNamingIt) {
+  const Finished f = redlock({"--ttl", "3s", "run", "--kill-after", "5s", "job", "--", "true"});
+  EXPECT_EQ(f.exit_code, 64) << describe(f);
+  EXPECT_NE(f.err.find("--kill-after '5s'"), std::string::npos) << f.err;
+  EXPECT_NE(f.err.find("at most"), std::string::npos) << f.err;
+  EXPECT_EQ(masters_holding("redlock:job"), 0u);
+
+  const Finished garbled = redlock({"run", "--kill-after", "soon", "job", "--", "true"});
+  EXPECT_EQ(garbled.exit_code, 64) << describe(garbled);
+  EXPECT_NE(garbled.err.find("'soon'"), std::string::npos) << garbled.err;
+
+  const Finished fits = redlock({"--ttl", "3s", "run", "--kill-after", "1s", "job", "--", "true"});
+  EXPECT_EQ(fits.exit_code, 0) << describe(fits);
+}
+
+TEST_F(CliTest, RunOnATerminalGivesTheCommandTheTerminal) {
+  PtyProcess tool(with_masters({"run", "job", "--", "sh", "-c", "echo ready; read line; echo got=$line"}));
+  ASSERT_TRUE(tool.read_until("ready")) << tool.screen();
+  tool.type("hello\n");
+  EXPECT_TRUE(tool.read_until("got=hello")) << tool.screen();
+  EXPECT_EQ(tool.wait_exit(10s), 0) << tool.screen();
+  EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }));
+}
+
+TEST_F(CliTest, CtrlCOnATerminalStopsTheCommandAndReleases) {
+  PtyProcess tool(with_masters({"run", "job", "--", "sh", "-c", "echo ready; sleep 30"}));
+  ASSERT_TRUE(tool.read_until("ready")) << tool.screen();
+  // Only once sleep runs: sh -c (dash) catches a SIGINT that comes before it forks sleep and
+  // acts on it only when sleep has ended, with or without redlock.
+  ASSERT_TRUE(eventually([&] {
+    return !live_processes([&](const ProcStat& stat) { return stat.session == tool.pid() && stat.name == "sleep"; })
+                .empty();
+  }));
+  tool.type("\x03");
+  EXPECT_EQ(tool.wait_exit(10s), 128 + SIGINT) << tool.screen();
+  EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }));
+}
+
+TEST_F(CliTest, CtrlZOnATerminalStopsTheJobAndContinuingResumesTheCommand) {
+  PtyProcess tool(with_masters({"run", "job", "--", "sh", "-c", "echo ready; read line; echo got=$line"}));
+  ASSERT_TRUE(tool.read_until("ready")) << tool.screen();
+  tool.type("\x1a");
+  ASSERT_TRUE(tool.wait_stopped(5s)) << "the tool did not stop with its command, as a shell job does\n"
+                                     << tool.screen();
+  ASSERT_EQ(::kill(tool.pid(), SIGCONT), 0);  // what `fg` does: the tool's group is the foreground one
+  tool.type("later\n");
+  EXPECT_TRUE(tool.read_until("got=later")) << tool.screen();
+  EXPECT_EQ(tool.wait_exit(10s), 0) << tool.screen();
+  EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }));
+}
+
+// redlock stops itself with a stopped command (job control) and cannot renew the lease while
+// it is stopped, so nothing of the group may run on meanwhile: a process that ignores SIGTSTP
+// (here a loop counting into a file) must be stopped too, or it would outlive the lock.
+TEST_F(CliTest, CtrlZStopsTheWholeGroupEvenProcessesThatIgnoreSigtstp) {
+  TempDir dir;
+  GroupGuard guard;
+  const fs::path counter = dir / "counter";
+  // The loop is a shell of its own that starts counting only once it ignores SIGTSTP.
+  PtyProcess tool(with_masters(
+      {"--ttl", "2s", "run", "job", "--", "sh", "-c",
+       "echo $$ > \"$1\"; sh -c 'trap \"\" TSTP; i=0; while :; do i=$((i+1)); echo $i > \"$1\"; sleep 0.05; done' "
+       "sh \"$2\" & wait",
+       "sh", (dir / "pid").string(), counter.string()}));
+  const pid_t command = wait_for_pid_file(dir / "pid");
+  ASSERT_GT(command, 0) << tool.screen();
+  guard.watch(command);
+  const auto count = [&] {
+    const std::string text = read_file(counter);
+    return text.empty() || text.back() != '\n' ? -1L : std::stol(text);
+  };
+  // Whether the count goes up within `within` (the loop counts about every 50 ms).
+  const auto counting = [&](std::chrono::milliseconds within) {
+    long before = -1;
+    if (!eventually([&] { return (before = count()) > 0; }, within)) return false;
+    return eventually([&] { return count() > before; }, within);
+  };
+  ASSERT_TRUE(counting(5s)) << "the loop does not run";
+  tool.type("\x1a");
+  ASSERT_TRUE(tool.wait_stopped(5s)) << tool.screen();
+  // The lease runs out while the job is stopped, and another client gets the lock.
+  ASSERT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }, 10s));
+  const Finished other = redlock({"--retry-count", "0", "acquire", "job"});
+  EXPECT_EQ(other.exit_code, 0) << describe(other);
+  EXPECT_FALSE(counting(1s)) << "a process of the command's group runs on while redlock is stopped and another "
+                                "client holds the lock";
+  // Continued (fg), redlock finds the lease gone: the group is killed, never continued.
+  ASSERT_EQ(::kill(tool.pid(), SIGCONT), 0);
+  EXPECT_EQ(tool.wait_exit(10s), 75) << tool.screen();
+  EXPECT_EQ(live_members(command), std::vector<pid_t>{}) << tool.screen();
 }
 
 TEST_F(CliTest, RunReportsAMissingCommandWith127AndReleases) {
@@ -495,6 +892,508 @@ TEST_F(CliTest, HelpDocumentsTheExitCodes) {
   for (const char* text : {"64", "69", "73", "75", "EX_USAGE", "EX_TEMPFAIL", "REDLOCK_MASTERS", "run"}) {
     EXPECT_NE(f.out.find(text), std::string::npos) << text;
   }
+}
+
+
+// ---------------------------------------------------------------------------------------
+// A lease lost while `redlock run` runs its command: five masters, three of them frozen.
+
+std::size_t holding(const RedisServerGroup& masters, const std::string& key) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    if (masters[i].command({"EXISTS", key}).integer == 1) ++count;
+  }
+  return count;
+}
+
+struct Attempt {
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  int exit_code = -1;
+};
+
+struct LossRun {
+  pid_t command_pid = -1;
+  pid_t pgid = -1;
+  std::int64_t thaw_ns = -1;
+  std::int64_t group_gone_ns = -1;   // the first poll that found no live member of the group
+  std::int64_t tool_exit_ns = -1;    // the first poll that found the tool exited
+  std::vector<pid_t> alive_at_exit;  // live members of the group just after that poll: must be none
+  std::vector<Attempt> attempts;     // `redlock acquire job` by another process, from the thaw on
+  Finished finished;
+  nlohmann::json report;  // the tool's --json object
+};
+
+// `redlock --json --ttl 3s run job -- sh -c SCRIPT sh PIDFILE TERMFILE` against five masters
+// (the script writes its pid to $1; it may write $2 when it gets SIGTERM). Once the command
+// runs, three masters are frozen (SIGSTOP): no extend reaches a quorum, so the lease is lost.
+// They are thawed as soon as the loss shows ($2 appears, the group is gone, or the tool has
+// exited), and from then on another process tries `redlock acquire job` over and over. The
+// command's process group is polled about every millisecond throughout.
+LossRun lose_the_lease_while_running(const std::string& script, GroupGuard& guard) {
+  LossRun run;
+  RedisServerGroup masters(5);
+  const auto uris = masters.uris();
+  TempDir dir;
+  const fs::path pid_file = dir / "pid";
+  const fs::path term_file = dir / "term";
+  Process tool(args_for(uris, {"--json", "--ttl", "3s", "run", "job", "--", "sh", "-c", script, "sh",
+                               pid_file.string(), term_file.string()}));
+  run.command_pid = wait_for_pid_file(pid_file);
+  if (run.command_pid <= 0) {
+    run.finished = tool.wait(1s);
+    return run;
+  }
+  if (const auto stat = proc_stat(run.command_pid)) run.pgid = stat->pgrp;
+  guard.watch(run.pgid);
+  if (!eventually([&] { return holding(masters, "redlock:job") >= 3; }, 5s)) {
+    run.finished = tool.wait(1s);
+    return run;
+  }
+  for (std::size_t i = 0; i < 3; ++i) masters[i].freeze();
+
+  std::atomic<bool> stop{false};
+  std::atomic<bool> acquired{false};
+  std::thread acquirer;
+  const auto give_up = SteadyClock::now() + 15s;
+  while (SteadyClock::now() < give_up) {
+    if (run.group_gone_ns < 0 && live_members(run.pgid).empty()) run.group_gone_ns = monotonic_ns();
+    if (run.tool_exit_ns < 0 && tool.exited()) {
+      run.tool_exit_ns = monotonic_ns();
+      run.alive_at_exit = live_members(run.pgid);
+      // The group may have gone between the check above and this one; then this is the
+      // first poll that found it gone.
+      if (run.group_gone_ns < 0 && run.alive_at_exit.empty()) run.group_gone_ns = monotonic_ns();
+    }
+    if (run.thaw_ns < 0 && (fs::exists(term_file) || run.group_gone_ns >= 0 || run.tool_exit_ns >= 0)) {
+      for (std::size_t i = 0; i < 3; ++i) masters[i].thaw();
+      run.thaw_ns = monotonic_ns();
+      acquirer = std::thread([&] {
+        while (!stop) {
+          Attempt attempt;
+          attempt.start_ns = monotonic_ns();
+          Process other(args_for(uris, {"--retry-count", "0", "-q", "acquire", "job"}));
+          attempt.exit_code = other.wait(5s).exit_code;
+          attempt.end_ns = monotonic_ns();
+          run.attempts.push_back(attempt);
+          if (attempt.exit_code == 0) break;
+          std::this_thread::sleep_for(10ms);
+        }
+        acquired = true;
+      });
+    }
+    if (run.tool_exit_ns >= 0 && run.group_gone_ns >= 0 && acquired) break;
+    std::this_thread::sleep_for(1ms);
+  }
+  stop = true;
+  if (acquirer.joinable()) acquirer.join();
+  for (std::size_t i = 0; i < 3; ++i) masters[i].thaw();
+  run.finished = tool.wait(5s);
+  run.report = last_json_line(run.finished.err);
+  return run;
+}
+
+// What every lease-loss run must show: the command had a process group of its own, nothing
+// of it survived the tool, it was gone before the lock's deadline (as the tool reports it,
+// on the same monotonic clock), and no other process got the lock while it was alive.
+void expect_group_killed_before_the_deadline(const LossRun& run) {
+  ASSERT_GT(run.command_pid, 0) << describe(run.finished);
+  EXPECT_EQ(run.pgid, run.command_pid) << "the command is not in a process group of its own";
+  EXPECT_EQ(run.finished.exit_code, 75) << describe(run.finished);
+  ASSERT_GE(run.tool_exit_ns, 0) << "the tool did not exit\n" << describe(run.finished);
+  EXPECT_EQ(run.alive_at_exit, std::vector<pid_t>{}) << "processes of the command's group outlived the tool";
+  ASSERT_GE(run.group_gone_ns, 0) << "the command's process group never went away";
+
+  const auto lease = run.report.value("lease", nlohmann::json::object());
+  ASSERT_TRUE(lease.contains("deadline_ns")) << run.finished.err;
+  const auto deadline_ns = lease.at("deadline_ns").get<std::int64_t>();
+  EXPECT_LT(run.group_gone_ns, deadline_ns)
+      << "the group was still alive " << (run.group_gone_ns - deadline_ns) / 1000 << " us after the deadline";
+  ASSERT_TRUE(lease.contains("group_gone_ns") && lease.at("group_gone_ns").is_number()) << lease.dump();
+  EXPECT_LT(lease.at("group_gone_ns").get<std::int64_t>(), deadline_ns) << lease.dump();
+  ASSERT_TRUE(lease.at("sigterm_ns").is_number()) << lease.dump();
+  EXPECT_LT(lease.at("sigterm_ns").get<std::int64_t>(), deadline_ns) << lease.dump();
+  std::printf("[ figures  ] SIGTERM %.1f ms, group gone %.1f ms (test's poll) before the deadline; kill_after %d ms, "
+              "margin %d ms\n",
+              static_cast<double>(deadline_ns - lease.at("sigterm_ns").get<std::int64_t>()) / 1e6,
+              static_cast<double>(deadline_ns - run.group_gone_ns) / 1e6, lease.value("kill_after_ms", -1),
+              lease.value("margin_ms", -1));
+
+  // An attempt's grant lies somewhere in [start, end]. One that ended while the group was
+  // still alive must have been refused. (The tool releases the lock once the group is gone,
+  // so an attempt under way at that moment may well succeed: its grant came after the release.)
+  bool someone_acquired = false;
+  int refused_while_alive = 0;
+  for (const auto& attempt : run.attempts) {
+    if (attempt.end_ns < run.group_gone_ns) {
+      EXPECT_NE(attempt.exit_code, 0) << "another process acquired the lock while the command's group was alive "
+                                      << "(its attempt ended " << (run.group_gone_ns - attempt.end_ns) / 1000
+                                      << " us before the group was gone)";
+      if (attempt.exit_code == 73) ++refused_while_alive;
+    }
+    someone_acquired = someone_acquired || attempt.exit_code == 0;
+  }
+  EXPECT_TRUE(someone_acquired) << "the lock never became free again (" << run.attempts.size() << " attempts)";
+  std::printf("[ figures  ] %zu acquire attempts by another process from the thaw on, %d refused (73) while the group "
+              "was alive\n",
+              run.attempts.size(), refused_while_alive);
+}
+
+TEST(CliLeaseLossTest, RunKillsTheCommandsWholeGroupBeforeTheDeadline) {
+  GroupGuard guard;
+  const LossRun run = lose_the_lease_while_running("echo $$ > \"$1\"; sleep 15; echo after", guard);
+  expect_group_killed_before_the_deadline(run);
+  EXPECT_EQ(run.finished.out.find("after"), std::string::npos) << describe(run.finished);
+}
+
+TEST(CliLeaseLossTest, RunKillsACommandThatIgnoresSigtermBeforeTheDeadline) {
+  GroupGuard guard;
+  // The trap keeps sh alive through SIGTERM (its sleeps die and are replaced): only SIGKILL ends it.
+  const LossRun run = lose_the_lease_while_running(
+      "echo $$ > \"$1\"; trap 'echo term > \"$2\"' TERM; while :; do sleep 0.05; done", guard);
+  expect_group_killed_before_the_deadline(run);
+  const auto lease = run.report.value("lease", nlohmann::json::object());
+  ASSERT_TRUE(lease.contains("sigkill_ns") && lease.at("sigkill_ns").is_number()) << run.finished.err;
+  EXPECT_LT(lease.at("sigterm_ns").get<std::int64_t>(), lease.at("sigkill_ns").get<std::int64_t>());
+  EXPECT_LT(lease.at("sigkill_ns").get<std::int64_t>(), lease.at("deadline_ns").get<std::int64_t>());
+}
+
+// A loss noticed late (here: redlock itself was stopped past its lease, the documented limit
+// a tool cannot cover) leaves no time for SIGTERM: the group gets SIGKILL at once, and
+// redlock exits 75 only once it is gone.
+TEST_F(CliTest, RunNoticingTheLossTooLateSendsSigkillAtOnce) {
+  TempDir dir;
+  GroupGuard guard;
+  Process tool(with_masters({"--json", "--ttl", "1s", "run", "job", "--", "sh", "-c",
+                             "echo $$ > \"$1\"; trap '' TERM; while :; do sleep 0.05; done", "sh",
+                             (dir / "pid").string()}));
+  const pid_t command = wait_for_pid_file(dir / "pid");
+  ASSERT_GT(command, 0);
+  guard.watch(command);
+  ASSERT_EQ(::kill(tool.pid(), SIGSTOP), 0);
+  // The lease ends while redlock cannot act (the masters forget the key after the ttl).
+  ASSERT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }, 10s));
+  ASSERT_FALSE(live_members(command).empty());
+  ASSERT_EQ(::kill(tool.pid(), SIGCONT), 0);
+  ASSERT_TRUE(eventually([&] { return tool.exited(); }, 10s));
+  EXPECT_EQ(live_members(command), std::vector<pid_t>{}) << "the tool exited leaving the command's group alive";
+  const Finished f = tool.wait();
+  EXPECT_EQ(f.exit_code, 75) << describe(f);
+  const auto lease = last_json_line(f.err).value("lease", nlohmann::json::object());
+  ASSERT_TRUE(lease.contains("sigkill_ns")) << f.err;
+  EXPECT_TRUE(lease.at("sigterm_ns").is_null()) << "SIGTERM with no time left to act on it\n" << lease.dump();
+  EXPECT_TRUE(lease.at("sigkill_ns").is_number()) << lease.dump();
+  EXPECT_TRUE(lease.at("group_gone_ns").is_number()) << lease.dump();
+}
+
+// ---------------------------------------------------------------------------------------
+// Secrets: no output of the tool shows a password; how to pass one without argv.
+
+constexpr const char* kPassword = "s3cr3t2";              // the masters' password
+constexpr const char* kWrongPassword = "hunter2-wrong";  // a wrong one, also never shown
+
+class CliSecretsTest : public ::testing::Test {
+ protected:
+  static RedisServerOptions protected_by_password() {
+    RedisServerOptions options;
+    options.password = kPassword;
+    return options;
+  }
+
+  // The masters' URIs with `userinfo`, e.g. ":s3cr3t2" or "default:s3cr3t2".
+  std::vector<std::string> uris(const std::string& userinfo) const {
+    std::vector<std::string> out;
+    for (const auto& uri : masters_.uris()) out.push_back(with_userinfo(uri, userinfo));
+    return out;
+  }
+
+  // Runs the tool; every byte it wrote must be free of both passwords.
+  Finished run_and_check(const std::string& what, const std::vector<std::string>& args,
+                         const std::vector<std::string>& env = {}) {
+    Process process(args, env);
+    Finished f = process.wait(20s);
+    for (const std::string secret : {kPassword, kWrongPassword}) {
+      EXPECT_EQ(f.out.find(secret), std::string::npos) << what << ": stdout shows a password\n" << describe(f);
+      EXPECT_EQ(f.err.find(secret), std::string::npos) << what << ": stderr shows a password\n" << describe(f);
+    }
+    EXPECT_FALSE(f.timed_out) << what;
+    ++cases_;
+    return f;
+  }
+
+  RedisServerGroup masters_{3, protected_by_password()};
+  int cases_ = 0;
+};
+
+std::string joined(const std::vector<std::string>& uris) {
+  std::string out;
+  for (const auto& uri : uris) out += (out.empty() ? "" : ",") + uri;
+  return out;
+}
+
+std::string one_per_line(const std::vector<std::string>& uris) {
+  std::string out;
+  for (const auto& uri : uris) out += uri + "\n";
+  return out;
+}
+
+TEST_F(CliSecretsTest, NoFailingCommandPrintsAPassword) {
+  TempDir dir;
+  const std::string pw = kPassword;
+  const auto good = uris(":" + pw);
+  const auto good_user = uris("default:" + pw);
+  const auto wrong = uris(std::string(":") + kWrongPassword);
+  // Nothing listens on port 1 of these loopback addresses: refused at once.
+  const std::vector<std::string> dead = {"redis://:" + pw + "@127.0.0.1:1", "redis://admin:" + pw + "@127.0.0.2:1",
+                                         "redis://" + pw + "@127.0.0.3:1"};
+  const std::string token = "0123456789abcdef0123456789abcdef";
+
+  // Usage errors found while parsing the command line (these messages quote argv words).
+  EXPECT_EQ(run_and_check("unexpected URI", args_for(good, {"acquire", "job", dead[0]})).exit_code, 64);
+  run_and_check("unknown subcommand", args_for(good, {"frobnicate", dead[1]}));
+  run_and_check("unknown option", {"--master=" + dead[0], "--bogus=" + dead[1], "acquire", "job"});
+  run_and_check("URI for a number", args_for(good, {"--retry-count", dead[0], "acquire", "job"}));
+  run_and_check("URI for a duration", args_for(good, {"--ttl", dead[2], "acquire", "job"}));
+  run_and_check("URI for --kill-after", args_for(good, {"run", "--kill-after", dead[0], "job", "--", "true"}));
+  run_and_check("URI for --wait", args_for(good, {"acquire", "--wait", dead[1], "job"}));
+  run_and_check("URI with a newline for a duration", args_for(good, {"--ttl", dead[0] + "\n", "acquire", "job"}));
+  run_and_check("URI with a quote as the resource, JSON", args_for(good, {"--json", "acquire", "\"" + dead[0]}));
+  run_and_check("no subcommand", {"-m", dead[0]});
+  run_and_check("glued short option, no resource", {"-m" + dead[0], "acquire"});
+  run_and_check("URI as the resource, too long a prefix", args_for(good, {"--prefix", std::string(300, 'p') + dead[0], "acquire", dead[0]}));
+  run_and_check("release without a token", args_for(good, {"release", dead[0]}));
+  run_and_check("run without a command", args_for(good, {"run", dead[0]}));
+  run_and_check("--masters-file and --master", {"-m", dead[0], "--masters-file", (dir / "none").string(), "acquire", "j"});
+
+  // Bad master URIs, on the command line and in REDLOCK_MASTERS.
+  for (const std::string& bad :
+       {"redis://:" + pw + "@127.0.0.1:99999", "redis://:" + pw + "@", "http://:" + pw + "@127.0.0.1:1",
+        "redis://:" + pw + "@127.0.0.1:1?db=2", "redis://:" + pw + "%zz@127.0.0.1:1", "redis://admin:" + pw + "@[::1:1",
+        "redis://admin:" + pw + "@127.0.0.1:1/x", "redis://:" + pw + "@127.0.0.1:1 trailing"}) {
+    EXPECT_EQ(run_and_check("bad URI " + bad, {"-m", bad, "acquire", "job"}).exit_code, 64);
+    EXPECT_EQ(run_and_check("bad URI in REDLOCK_MASTERS " + bad, {"acquire", "job"}, {"REDLOCK_MASTERS=" + bad}).exit_code,
+              64);
+  }
+  run_and_check("the same master twice", {"-m", dead[0], "-m", dead[0], "acquire", "job"});
+
+  for (const bool json : {false, true}) {
+    std::vector<std::string> flags = {"--retry-count", "0"};
+    if (json) flags.emplace_back("--json");
+    const auto with = [&](std::vector<std::string> rest) {
+      std::vector<std::string> all = flags;
+      all.insert(all.end(), rest.begin(), rest.end());
+      return all;
+    };
+    // Unreachable masters.
+    EXPECT_EQ(run_and_check("unreachable acquire", args_for(dead, with({"acquire", "job"}))).exit_code, 69);
+    run_and_check("unreachable release", args_for(dead, with({"release", "job", token})));
+    run_and_check("unreachable extend", args_for(dead, with({"extend", "job", token})));
+    run_and_check("unreachable run", args_for(dead, with({"run", "job", "--", "true"})));
+    run_and_check("unreachable, masters from the environment", with({"acquire", "job"}), {"REDLOCK_MASTERS=" + joined(dead)});
+    // The wrong password: AUTH fails on every master.
+    EXPECT_EQ(run_and_check("wrong password acquire", args_for(wrong, with({"acquire", "job"}))).exit_code, 69);
+    run_and_check("wrong password release", args_for(wrong, with({"release", "job", token})));
+    run_and_check("wrong password extend", args_for(wrong, with({"extend", "job", token})));
+    run_and_check("wrong password run", args_for(wrong, with({"run", "job", "--", "true"})));
+    // The right password, and a command that fails or cannot start.
+    EXPECT_EQ(run_and_check("failing command",
+                            args_for(good, with({"run", "job", "--", "sh", "-c", "echo out; echo err >&2; exit 3"})))
+                  .exit_code,
+              3);
+    EXPECT_EQ(run_and_check("missing command", args_for(good_user, with({"run", "job", "--", "/nonexistent/cmd"}))).exit_code,
+              127);
+    EXPECT_EQ(run_and_check("command printing its environment", with({"--no-restart-guard", "run", "job", "--", "env"}),
+                            {"REDLOCK_MASTERS=" + joined(good)})
+                  .exit_code,
+              0);
+    run_and_check("extend refused", args_for(good, with({"extend", "job", token})));
+    run_and_check("kill-after too long", args_for(good, with({"--ttl", "1s", "run", "--kill-after", "1s", "job", "--", "true"})));
+  }
+
+  // A masters file that others may read, and one with a bad line.
+  const fs::path open_file = dir / "open-masters";
+  write_file(open_file, one_per_line(good), fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                                                  fs::perms::others_read);
+  EXPECT_EQ(run_and_check("masters file 0644", {"--masters-file", open_file.string(), "acquire", "job"}).exit_code, 64);
+  EXPECT_EQ(run_and_check("REDLOCK_MASTERS_FILE 0644", {"acquire", "job"}, {"REDLOCK_MASTERS_FILE=" + open_file.string()})
+                .exit_code,
+            64);
+  const fs::path bad_file = dir / "bad-masters";
+  write_file(bad_file, "redis://:" + pw + "@127.0.0.1:99999\n", fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(run_and_check("bad line in a masters file", {"--masters-file", bad_file.string(), "acquire", "job"}).exit_code,
+            64);
+  write_file(bad_file, "redis://:" + pw + "@127.0.0.1:1 redis://:" + pw + "@127.0.0.2:1\n",
+             fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(run_and_check("two URIs on a line", {"--masters-file", bad_file.string(), "acquire", "job"}).exit_code, 64);
+  std::printf("[ figures  ] %d failing commands checked for a password\n", cases_);
+}
+
+// A URI without '@' carries no password by its grammar, so the library's masking leaves it
+// alone; but it is most often one with a part missing: "@host" forgotten, or cut at a ','
+// of the password by REDLOCK_MASTERS's split, or at a " #" by a masters file's comment.
+// What would have been the password is not shown either (not even its first 4 characters),
+// and the message still says where the bad URI came from.
+TEST_F(CliSecretsTest, ABadUriWithoutAnAtShowsNoPasswordEither) {
+  TempDir dir;
+  const std::string pw = kPassword;
+  const std::string digits = "98765432";  // a password that reads as a port
+  const auto check = [&](const std::string& what, const std::vector<std::string>& args,
+                         const std::vector<std::string>& env, const std::string& source) {
+    const Finished f = run_and_check(what, args, env);
+    EXPECT_EQ(f.exit_code, 64) << what << "\n" << describe(f);
+    for (const std::string& part : {pw.substr(0, 4), pw.substr(3), digits.substr(0, 4)}) {
+      EXPECT_EQ(f.err.find(part), std::string::npos) << what << ": stderr shows part of a password\n" << f.err;
+    }
+    EXPECT_NE(f.err.find(source), std::string::npos) << what << ": the message does not say where\n" << f.err;
+  };
+  check("-m, no host", {"-m", "redis://:" + pw, "acquire", "job"}, {}, "--master");
+  check("-m, @host forgotten", {"-m", "redis://admin:" + pw, "acquire", "job"}, {}, "--master");
+  check("-m, digits, @host forgotten", {"-m", "redis://admin:" + digits, "acquire", "job"}, {}, "--master");
+  check("-m, IPv6, @host forgotten", {"-m", "redis://[admin:" + pw, "acquire", "job"}, {}, "--master");
+  check("REDLOCK_MASTERS, a ',' in the password",
+        {"acquire", "job"}, {"REDLOCK_MASTERS=redis://:" + pw.substr(0, 4) + "," + pw.substr(4) + "@127.0.0.1:1"},
+        "REDLOCK_MASTERS");
+  const fs::path file = dir / "masters";
+  for (const std::string& line : {"redis://admin:" + pw, "redis://:" + pw + " # @127.0.0.1:1"}) {
+    write_file(file, "# masters\n" + line + "\n", fs::perms::owner_read | fs::perms::owner_write);
+    check("masters file line " + line, {"--masters-file", file.string(), "acquire", "job"}, {}, file.string() + "':2");
+  }
+}
+
+// The library's half of the secrets fix (79b336d, Endpoint::redact): with AUTH renamed away,
+// Redis answers the handshake with "ERR unknown command 'AUTH', with args beginning with:
+// '<password>'". The tool prints what the library reports, so this case depends on that fix.
+TEST(CliServerEchoTest, ServerEchoedPasswordIsNeverPrinted) {
+  RedisServerOptions no_auth;
+  no_auth.extra_args = {"--rename-command", "AUTH", "\"\""};
+  RedisServerGroup masters(3, no_auth);
+  const std::string password = "hunter2-echoed";
+  std::vector<std::string> uris;
+  for (const auto& uri : masters.uris()) uris.push_back(with_userinfo(uri, ":" + password));
+  std::string everything;
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--retry-count", "0", "acquire", "job"},
+           {"--retry-count", "0", "--json", "acquire", "job"},
+           {"--retry-count", "0", "run", "job", "--", "true"},
+           {"--retry-count", "0", "--json", "run", "job", "--", "true"},
+           {"release", "job", "0123456789abcdef0123456789abcdef"},
+           {"--json", "extend", "job", "0123456789abcdef0123456789abcdef"}}) {
+    Process process(args_for(uris, args));
+    const Finished f = process.wait(20s);
+    EXPECT_EQ(f.out.find(password.substr(0, 4)), std::string::npos) << describe(f);
+    EXPECT_EQ(f.err.find(password.substr(0, 4)), std::string::npos) << describe(f);
+    everything += f.out + f.err;
+  }
+  // The servers really did echo something: the case is real.
+  EXPECT_NE(everything.find("unknown command"), std::string::npos) << everything;
+}
+
+TEST_F(CliSecretsTest, MastersFileWithAPasswordMustNotBeReadableByOthers) {
+  TempDir dir;
+  const auto good = uris(std::string(":") + kPassword);
+  const fs::path file = dir / "masters";
+  write_file(file, "# lock masters\n\n" + good[0] + "\n   " + good[1] + "   # the second\n" + good[2] + "\n",
+             fs::perms::owner_read | fs::perms::owner_write);
+  const Finished ok = run_and_check("masters file 0600", {"--no-restart-guard", "--masters-file", file.string(), "acquire", "job"});
+  EXPECT_EQ(ok.exit_code, 0) << describe(ok);
+  EXPECT_TRUE(std::regex_match(ok.out.substr(0, 32), std::regex("^[0-9a-f]{32}$"))) << ok.out;
+  const Finished from_env = run_and_check("REDLOCK_MASTERS_FILE 0600", {"--no-restart-guard", "--retry-count", "0", "acquire", "job"},
+                                          {"REDLOCK_MASTERS_FILE=" + file.string()});
+  EXPECT_EQ(from_env.exit_code, 73) << describe(from_env);  // the first acquire holds it
+
+  for (const auto& [mode, text] : std::vector<std::pair<fs::perms, std::string>>{
+           {fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read, "0644"},
+           {fs::perms::owner_read | fs::perms::group_read, "0440"},
+           {fs::perms::owner_read | fs::perms::owner_write | fs::perms::others_read, "0604"},
+           {fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_write, "0620"}}) {
+    fs::permissions(file, mode);
+    for (const bool env : {false, true}) {
+      const Finished f =
+          env ? run_and_check("too open " + text, {"--no-restart-guard", "acquire", "other"}, {"REDLOCK_MASTERS_FILE=" + file.string()})
+              : run_and_check("too open " + text, {"--no-restart-guard", "--masters-file", file.string(), "acquire", "other"});
+      EXPECT_EQ(f.exit_code, 64) << describe(f);
+      EXPECT_NE(f.err.find(file.string()), std::string::npos) << f.err;
+      EXPECT_NE(f.err.find(text), std::string::npos) << f.err;
+      EXPECT_NE(f.err.find("chmod 600"), std::string::npos) << f.err;
+    }
+  }
+  EXPECT_EQ(holding(masters_, "redlock:other"), 0u);
+}
+
+TEST_F(CliSecretsTest, RunGivesTheCommandTheLockButNoPassword) {
+  TempDir dir;
+  const auto good = uris(std::string(":") + kPassword);
+  const Finished f = run_and_check("env", {"--no-restart-guard", "run", "job", "--", "env"}, {"REDLOCK_MASTERS=" + joined(good)});
+  EXPECT_EQ(f.exit_code, 0) << describe(f);
+  EXPECT_EQ(f.out.find("REDLOCK_MASTERS="), std::string::npos) << f.out;
+  EXPECT_NE(f.out.find("REDLOCK_RESOURCE=job\n"), std::string::npos) << f.out;
+  EXPECT_NE(f.out.find("REDLOCK_KEY=redlock:job\n"), std::string::npos) << f.out;
+  EXPECT_TRUE(std::regex_search(f.out, std::regex("(^|\n)REDLOCK_TOKEN=[0-9a-f]{32}\n"))) << f.out;
+
+  // With a masters file the command gets its path, so a redlock inside it finds the masters.
+  const fs::path file = dir / "masters";
+  write_file(file, one_per_line(good), fs::perms::owner_read | fs::perms::owner_write);
+  const std::string nested = cli_binary().string() + " --no-restart-guard -q --retry-count 0 acquire job2";
+  const Finished with_file = run_and_check(
+      "nested", {"--no-restart-guard", "--masters-file", file.string(), "run", "job2", "--", "sh", "-c",
+                 "echo file=$REDLOCK_MASTERS_FILE; " + nested + "; echo nested=$?"});
+  EXPECT_EQ(with_file.exit_code, 0) << describe(with_file);
+  EXPECT_NE(with_file.out.find("file=" + fs::absolute(file).string() + "\n"), std::string::npos) << with_file.out;
+  EXPECT_NE(with_file.out.find("nested=73"), std::string::npos) << describe(with_file);
+}
+
+TEST_F(CliSecretsTest, APasswordGivenWithMasterIsHiddenFromPs) {
+  const auto good = uris(std::string(":") + kPassword);
+  // The command reads the tool's command line as ps does (/proc/PID/cmdline).
+  const Finished f = run_and_check(
+      "cmdline", args_for(good, {"run", "job", "--", "sh", "-c", "tr '\\0' ' ' < /proc/$PPID/cmdline; echo"}));
+  EXPECT_EQ(f.exit_code, 0) << describe(f);
+  EXPECT_NE(f.out.find("run job"), std::string::npos) << f.out;
+  EXPECT_NE(f.out.find("@127.0.0.1:"), std::string::npos) << f.out;
+  EXPECT_NE(f.err.find("visible"), std::string::npos) << "no warning about a password on the command line\n" << f.err;
+}
+
+TEST_F(CliTest, MastersFileWithoutPasswordsListsMastersOnePerLine) {
+  TempDir dir;
+  const auto uris = masters_.uris();
+  const fs::path file = dir / "masters";
+  // No password in it: readable by others is fine.
+  write_file(file, "# masters\n" + uris[0] + "\n\n  " + uris[1] + "  # two\n" + uris[2],
+             fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+  Process from_flag({"--no-restart-guard", "--masters-file", file.string(), "acquire", "a"});
+  const Finished a = from_flag.wait();
+  EXPECT_EQ(a.exit_code, 0) << describe(a);
+  EXPECT_TRUE(eventually([&] { return masters_holding("redlock:a") == 3; }));
+  // REDLOCK_MASTERS_FILE comes before REDLOCK_MASTERS (here: a master that is not there).
+  Process from_env({"--no-restart-guard", "acquire", "b"},
+                   {"REDLOCK_MASTERS_FILE=" + file.string(), "REDLOCK_MASTERS=redis://127.0.0.1:1"});
+  const Finished b = from_env.wait();
+  EXPECT_EQ(b.exit_code, 0) << describe(b);
+
+  Process missing({"--masters-file", (dir / "nope").string(), "acquire", "c"});
+  const Finished c = missing.wait();
+  EXPECT_EQ(c.exit_code, 64) << describe(c);
+  EXPECT_NE(c.err.find((dir / "nope").string()), std::string::npos) << c.err;
+
+  Process both({"-m", uris[0], "--masters-file", file.string(), "acquire", "d"});
+  const Finished d = both.wait();
+  EXPECT_EQ(d.exit_code, 64) << describe(d);
+  EXPECT_NE(d.err.find("--masters-file"), std::string::npos) << d.err;
+
+  const fs::path empty = dir / "empty";
+  write_file(empty, "# nothing yet\n\n", fs::perms::owner_read | fs::perms::owner_write);
+  Process none({"--masters-file", empty.string(), "acquire", "e"});
+  const Finished e = none.wait();
+  EXPECT_EQ(e.exit_code, 64) << describe(e);
+  EXPECT_NE(e.err.find("no masters"), std::string::npos) << e.err;
+
+  const fs::path bad = dir / "bad";
+  write_file(bad, uris[0] + "\nredis://127.0.0.1:70000\n", fs::perms::owner_read | fs::perms::owner_write);
+  Process bad_line({"--masters-file", bad.string(), "acquire", "f"});
+  const Finished f = bad_line.wait();
+  EXPECT_EQ(f.exit_code, 64) << describe(f);
+  EXPECT_NE(f.err.find(bad.string() + "':2"), std::string::npos) << f.err;
+  EXPECT_NE(f.err.find("70000"), std::string::npos) << f.err;
 }
 
 }  // namespace

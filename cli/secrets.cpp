@@ -1,0 +1,252 @@
+#include "secrets.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "args.h"
+#include "redlock/errors.h"
+#include "redlock/options.h"
+
+extern char** environ;
+
+namespace redlock_cli {
+namespace {
+
+// A command-line word (or the part of one after "--master=", "-m" or "=") that may carry a
+// password, and where it sits in argv.
+struct Secret {
+  int arg = 0;
+  std::size_t offset = 0;
+  std::string text;
+  std::string masked;
+};
+
+std::vector<Secret>& secrets() {
+  static std::vector<Secret> remembered;  // written once, in main() before anything else runs
+  return remembered;
+}
+
+// "scheme://...@..." or "user:password@...": the shapes in which a URI carries user info.
+// (A bare "name@host" is left alone: resource names and commands use '@' too.)
+bool looks_like_userinfo(std::string_view word) {
+  const auto at = word.rfind('@');
+  if (at == std::string_view::npos) return false;
+  const auto scheme = word.find("://");
+  return (scheme != std::string_view::npos && scheme < at) || word.substr(0, at).find(':') != std::string_view::npos;
+}
+
+void remember(int arg, std::size_t offset, std::string_view text, bool is_master) {
+  if (!is_master && !looks_like_userinfo(text)) return;
+  std::string masked = redlock::Endpoint::mask_uri(text);
+  if (masked == text) return;
+  secrets().push_back(Secret{arg, offset, std::string(text), std::move(masked)});
+}
+
+void replace_all(std::string& text, std::string_view from, std::string_view to) {
+  if (from.empty()) return;
+  for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+    text.replace(at, from.size(), to);
+  }
+}
+
+// How nlohmann::json writes `text` inside a string, without the quotes.
+std::string json_escaped(std::string_view text) {
+  const std::string dumped =
+      nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return dumped.substr(1, dumped.size() - 2);
+}
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t' || text.front() == '\r')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r')) text.remove_suffix(1);
+  return text;
+}
+
+std::string octal_mode(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof(text), "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+constexpr std::size_t kMaxMastersFileSize = 1 << 20;
+
+// The library's message about a bad URI, with what may be an unmarked password masked too:
+// in a URI without '@', the text after the first ':' past the scheme (and past a bracketed
+// IPv6 host), unless it reads as a port (1 to 5 digits, then '/' or the end), which is what a
+// message about a bad URI most often needs to show. "redis://admin:secret" reads as host
+// "admin", port "secret", and the library's message would quote "secret" twice.
+std::string without_unmarked_password(std::string_view uri, const std::string& message) {
+  if (uri.find('@') != std::string_view::npos) return message;  // the library masked it
+  const auto scheme = uri.find("://");
+  std::size_t from = scheme == std::string_view::npos ? 0 : scheme + 3;
+  if (from < uri.size() && uri[from] == '[') {
+    if (const auto close = uri.find(']', from); close != std::string_view::npos) from = close;
+  }
+  const auto colon = uri.find(':', from);
+  if (colon == std::string_view::npos || colon + 1 >= uri.size()) return message;
+  const std::string_view after = uri.substr(colon + 1);
+  const std::string_view port = after.substr(0, after.find('/'));
+  if (!port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string_view::npos) {
+    return message;
+  }
+  redlock::Endpoint suspect;
+  suspect.password = std::string(after);
+  return suspect.redact(message);
+}
+
+}  // namespace
+
+void check_master_uri(std::string_view uri, std::string_view where) {
+  try {
+    (void)redlock::Endpoint::parse(uri);
+  } catch (const redlock::ConfigError& error) {
+    throw UsageError(std::string(where) + ": " + without_unmarked_password(uri, error.what()));
+  }
+}
+
+bool holds_password(std::string_view uri) { return redlock::Endpoint::mask_uri(uri) != uri; }
+
+void remember_command_line(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view word = argv[i];
+    if ((word == "-m" || word == "--master") && i + 1 < argc) {
+      remember(i + 1, 0, argv[i + 1], true);
+      ++i;
+      continue;
+    }
+    if (word.rfind("--master=", 0) == 0) {
+      remember(i, 9, word.substr(9), true);
+      continue;
+    }
+    if (word.size() > 2 && word.rfind("-m", 0) == 0) {
+      remember(i, 2, word.substr(2), true);
+      continue;
+    }
+    remember(i, 0, word, false);
+    if (const auto equals = word.find('='); equals != std::string_view::npos) {
+      remember(i, equals + 1, word.substr(equals + 1), false);
+    }
+  }
+  // Longest first: a word's masked form must not be spoiled by masking a part of it first.
+  std::stable_sort(secrets().begin(), secrets().end(),
+                   [](const Secret& a, const Secret& b) { return a.text.size() > b.text.size(); });
+}
+
+std::string mask_secrets(std::string_view text) {
+  std::string out(text);
+  for (const auto& secret : secrets()) {
+    replace_all(out, secret.text, secret.masked);
+    // The forms in which the tool quotes a word: printable() in messages, escaped in JSON.
+    if (const auto shown = printable(secret.text); shown != secret.text) {
+      replace_all(out, shown, printable(secret.masked));
+    }
+    if (const auto escaped = json_escaped(secret.text); escaped != secret.text) {
+      replace_all(out, escaped, json_escaped(secret.masked));
+    }
+  }
+  return out;
+}
+
+void hide_command_line_secrets(int argc, char** argv) {
+  for (const auto& secret : secrets()) {
+    if (secret.arg >= argc) continue;
+    char* const start = argv[secret.arg] + secret.offset;
+    // Same length in place: the masked form, cut if longer (a password of one or two
+    // characters), padded with blanks if shorter.
+    for (std::size_t i = 0; i < secret.text.size(); ++i) start[i] = i < secret.masked.size() ? secret.masked[i] : ' ';
+  }
+}
+
+MastersFile read_masters_file(const std::string& path, std::string_view origin) {
+  const std::string named = "the masters file '" + printable(path) + "' (" + std::string(origin) + ")";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) throw UsageError("cannot open " + named + ": " + std::strerror(errno));
+  struct stat info {};
+  std::string text;
+  {
+    const int saved = ::fstat(fd, &info) == 0 ? 0 : errno;
+    if (saved == 0 && S_ISDIR(info.st_mode)) {
+      ::close(fd);
+      throw UsageError(named + " is a directory");
+    }
+    char buffer[4096];
+    ssize_t got = 0;
+    while (saved == 0 && text.size() <= kMaxMastersFileSize &&
+           ((got = ::read(fd, buffer, sizeof(buffer))) > 0 || (got < 0 && errno == EINTR))) {
+      if (got > 0) text.append(buffer, static_cast<std::size_t>(got));
+    }
+    const int read_error = got < 0 ? errno : 0;
+    ::close(fd);
+    if (saved != 0 || read_error != 0) {
+      throw UsageError("cannot read " + named + ": " + std::strerror(saved != 0 ? saved : read_error));
+    }
+  }
+  if (text.size() > kMaxMastersFileSize) throw UsageError(named + " is larger than 1 MiB");
+
+  MastersFile file;
+  bool any_password = false;
+  std::size_t line_number = 0;
+  for (std::size_t start = 0; start < text.size();) {
+    auto end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line = trim(std::string_view(text).substr(start, end - start));
+    start = end + 1;
+    ++line_number;
+    const std::string where = "'" + printable(path) + "':" + std::to_string(line_number);
+    if (line.empty() || line.front() == '#') continue;
+    const auto blank = line.find_first_of(" \t");
+    if (blank != std::string_view::npos) {
+      const std::string_view rest = trim(line.substr(blank));
+      if (!rest.empty() && rest.front() != '#') {
+        throw UsageError("masters file " + where + ": more than one word on the line (one URI per line; '#' starts a comment)");
+      }
+      line = line.substr(0, blank);
+    }
+    check_master_uri(line, "masters file " + where);
+    any_password = any_password || holds_password(line);
+    file.masters.emplace_back(line);
+  }
+  if (file.masters.empty()) throw UsageError(named + " lists no masters");
+  // As ssh does for a private key: a password in a file others can read is no secret.
+  if (any_password && (info.st_mode & 077) != 0) {
+    throw UsageError("permissions " + octal_mode(info.st_mode) + " for " + named +
+                     " are too open: it holds a password, so group and others must have no access to it; run "
+                     "chmod 600 '" + printable(path) + "'");
+  }
+  std::error_code error;
+  const auto absolute = std::filesystem::absolute(path, error);
+  file.absolute_path = error ? path : absolute.string();
+  return file;
+}
+
+std::vector<std::string> command_environment(std::string_view resource, std::string_view key, std::string_view token,
+                                             std::string_view masters_file) {
+  std::vector<std::string> out;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view variable = *entry;
+    const auto name = variable.substr(0, variable.find('='));
+    if (name == "REDLOCK_RESOURCE" || name == "REDLOCK_KEY" || name == "REDLOCK_TOKEN") continue;
+    if (name == "REDLOCK_MASTERS_FILE" && !masters_file.empty()) continue;
+    if (name == "REDLOCK_MASTERS") {
+      const auto uris = split_masters(variable.substr(name.size() + 1));
+      if (std::any_of(uris.begin(), uris.end(), [](const std::string& uri) { return holds_password(uri); })) continue;
+    }
+    out.emplace_back(variable);
+  }
+  out.push_back("REDLOCK_RESOURCE=" + std::string(resource));
+  out.push_back("REDLOCK_KEY=" + std::string(key));
+  out.push_back("REDLOCK_TOKEN=" + std::string(token));
+  if (!masters_file.empty()) out.push_back("REDLOCK_MASTERS_FILE=" + std::string(masters_file));
+  return out;
+}
+
+}  // namespace redlock_cli
