@@ -79,37 +79,13 @@ std::string octal_mode(mode_t mode) {
 
 constexpr std::size_t kMaxMastersFileSize = 1 << 20;
 
-// The library's message about a bad URI, with what may be an unmarked password masked too:
-// in a URI without '@', the text after the first ':' past the scheme (and past a bracketed
-// IPv6 host), unless it reads as a port (1 to 5 digits, then '/' or the end), which is what a
-// message about a bad URI most often needs to show. "redis://admin:secret" reads as host
-// "admin", port "secret", and the library's message would quote "secret" twice.
-std::string without_unmarked_password(std::string_view uri, const std::string& message) {
-  if (uri.find('@') != std::string_view::npos) return message;  // the library masked it
-  const auto scheme = uri.find("://");
-  std::size_t from = scheme == std::string_view::npos ? 0 : scheme + 3;
-  if (from < uri.size() && uri[from] == '[') {
-    if (const auto close = uri.find(']', from); close != std::string_view::npos) from = close;
-  }
-  const auto colon = uri.find(':', from);
-  if (colon == std::string_view::npos || colon + 1 >= uri.size()) return message;
-  const std::string_view after = uri.substr(colon + 1);
-  const std::string_view port = after.substr(0, after.find('/'));
-  if (!port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string_view::npos) {
-    return message;
-  }
-  redlock::Endpoint suspect;
-  suspect.password = std::string(after);
-  return suspect.redact(message);
-}
-
 }  // namespace
 
 void check_master_uri(std::string_view uri, std::string_view where) {
   try {
     (void)redlock::Endpoint::parse(uri);
   } catch (const redlock::ConfigError& error) {
-    throw UsageError(std::string(where) + ": " + without_unmarked_password(uri, error.what()));
+    throw UsageError(std::string(where) + ": " + error.what());  // the library hides the password
   }
 }
 

@@ -8,20 +8,63 @@
 namespace redlock {
 namespace {
 
+// Where a URI's authority starts: after "scheme://", or at 0.
+std::size_t authority_start(std::string_view uri) {
+  const auto scheme_end = uri.find("://");
+  return scheme_end == std::string_view::npos ? 0 : scheme_end + 3;
+}
+
+// A URI without '@' may still carry a password where the port goes: "redis://admin:secret"
+// (the "@host" forgotten), or "redis://:secret" cut from a list at a ',' or ' #'. Returns the
+// offset after the ':' when what follows it (up to '/', '?' or '#') is not a port-like number
+// (an optional '-' and 1 to 5 digits), else npos.
+// A port that is not a number is then hidden too: naming it could print a password.
+std::size_t unmarked_password_at(std::string_view uri) {
+  std::size_t from = authority_start(uri);
+  bool unterminated_ipv6 = false;
+  if (from < uri.size() && uri[from] == '[') {
+    const auto close = uri.find(']', from);
+    unterminated_ipv6 = close == std::string_view::npos;
+    if (!unterminated_ipv6) from = close;
+  }
+  // "[::1:6379" has colons of its own: there only the last one can start a password.
+  const auto colon = unterminated_ipv6 ? uri.rfind(':') : uri.find(':', from);
+  if (colon != std::string_view::npos && colon < from) return std::string_view::npos;
+  if (colon == std::string_view::npos || colon + 1 >= uri.size()) return std::string_view::npos;
+  const std::string_view after = uri.substr(colon + 1);
+  std::string_view port = after.substr(0, after.find_first_of("/?#"));
+  if (!port.empty() && port.front() == '-') port.remove_prefix(1);
+  // Up to 5 digits: a port, maybe out of range. More could be a password of digits.
+  const bool is_port =
+      !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string_view::npos;
+  return is_port ? std::string_view::npos : colon + 1;
+}
+
 // The URI as it may appear in an error message: the password replaced by "***".
 std::string masked(std::string_view uri) {
-  const auto scheme_end = uri.find("://");
-  const auto authority_start = scheme_end == std::string_view::npos ? 0 : scheme_end + 3;
+  const auto start = authority_start(uri);
   const auto at = uri.rfind('@');
-  if (at == std::string_view::npos || at < authority_start) return std::string(uri);
+  if (at == std::string_view::npos || at < start) {
+    const auto hidden = unmarked_password_at(uri);
+    if (hidden == std::string_view::npos) return std::string(uri);
+    return std::string(uri.substr(0, hidden)) + "***";
+  }
   // "user:password@" keeps the user; "password@" (no colon) is all password.
-  const auto colon = uri.substr(authority_start, at - authority_start).find(':');
-  const auto mask_from = colon == std::string_view::npos ? authority_start : authority_start + colon + 1;
+  const auto colon = uri.substr(start, at - start).find(':');
+  const auto mask_from = colon == std::string_view::npos ? start : start + colon + 1;
   return std::string(uri.substr(0, mask_from)) + "***" + std::string(uri.substr(at));
 }
 
 [[noreturn]] void bad(std::string_view uri, const std::string& why) {
-  throw ConfigError("master URI '" + masked(uri) + "': " + why);
+  // The reason may quote what masked() hides (a "port" that is a password): hide it there too.
+  std::string reason = why;
+  if (const auto hidden = uri.rfind('@') == std::string_view::npos ? unmarked_password_at(uri) : std::string_view::npos;
+      hidden != std::string_view::npos) {
+    Endpoint suspect;
+    suspect.password = std::string(uri.substr(hidden));
+    reason = suspect.redact(reason) + " (what follows ':' is hidden: it may be a password)";
+  }
+  throw ConfigError("master URI '" + masked(uri) + "': " + reason);
 }
 
 int hex_value(char c) {

@@ -175,16 +175,21 @@ TEST(EndpointParseError, PortTooLarge) {
   const std::string message = parse_error("redis://h:65536");
   EXPECT_THAT(message, HasSubstr("65536"));
   EXPECT_THAT(message, HasSubstr("port"));
-  EXPECT_THAT(parse_error("redis://h:99999999999999999999"), HasSubstr("99999999999999999999"));
+  // More digits than a port has may be a password of digits: hidden.
+  EXPECT_THAT(parse_error("redis://h:99999999999999999999"), HasSubstr("redis://h:***"));
+  EXPECT_THAT(parse_error("redis://h:99999999999999999999"), Not(HasSubstr("9999")));
 }
 
 TEST(EndpointParseError, NegativePort) { EXPECT_THAT(parse_error("redis://h:-1"), HasSubstr("-1")); }
 
+// A "port" that is not a number may be a password typed without "@host": the message says
+// the port is bad but does not quote it.
 TEST(EndpointParseError, PortNotANumber) {
   const std::string message = parse_error("redis://h:abc");
-  EXPECT_THAT(message, HasSubstr("'abc'"));
-  EXPECT_THAT(message, HasSubstr("port"));
-  EXPECT_THAT(parse_error("redis://h:63a9"), HasSubstr("63a9"));
+  EXPECT_THAT(message, HasSubstr("port '***' is not a number"));
+  EXPECT_THAT(message, HasSubstr("hidden: it may be a password"));
+  EXPECT_THAT(message, Not(HasSubstr("abc")));
+  EXPECT_THAT(parse_error("redis://h:63a9"), HasSubstr("redis://h:***"));
   EXPECT_THAT(parse_error("redis://h: 6379"), HasSubstr("port"));
 }
 
@@ -355,6 +360,30 @@ TEST(EndpointRedact, MaskUriHidesThePasswordOfAUriThatDoesNotParse) {
   EXPECT_EQ(redlock::Endpoint::mask_uri("redis://user:s3cr3t@host:notaport"), "redis://user:***@host:notaport");
   EXPECT_EQ(redlock::Endpoint::mask_uri("redis://s3cr3t@host"), "redis://***@host");
   EXPECT_EQ(redlock::Endpoint::mask_uri("redis://host:6379"), "redis://host:6379");
+  EXPECT_EQ(redlock::Endpoint::mask_uri("redis://host:6379/2"), "redis://host:6379/2");
+  EXPECT_EQ(redlock::Endpoint::mask_uri("redis://[::1]:6379"), "redis://[::1]:6379");
+  // No '@': a password typed where the port goes ('@host' forgotten, or the URI cut at a
+  // ',' or ' #' by whoever split a list) is still hidden.
+  EXPECT_EQ(redlock::Endpoint::mask_uri("redis://admin:s3cr3t"), "redis://admin:***");
+  EXPECT_EQ(redlock::Endpoint::mask_uri("redis://:s3cr3t"), "redis://:***");
+  EXPECT_EQ(redlock::Endpoint::mask_uri("redis://admin:s3cr3t/0"), "redis://admin:***");
+  EXPECT_EQ(redlock::Endpoint::mask_uri("redis://host:123456"), "redis://host:***");
+  EXPECT_EQ(redlock::Endpoint::mask_uri("redis://[admin:s3cr3t"), "redis://[admin:***");
+}
+
+// The error for such a URI quotes the "port" in its reason too: hidden there as well.
+TEST(EndpointRedact, ParseErrorOfAUriWithoutAnAtShowsNoPassword) {
+  for (const char* uri : {"redis://admin:s3cr3tpw", "redis://:s3cr3tpw", "redis://admin:s3cr3tpw/0",
+                          "redis://h:s3cr3tpw:1"}) {
+    try {
+      (void)redlock::Endpoint::parse(uri);
+      ADD_FAILURE() << "parsed: " << redlock::Endpoint::mask_uri(uri);
+    } catch (const redlock::ConfigError& error) {
+      const std::string what = error.what();
+      EXPECT_EQ(what.find("s3cr"), std::string::npos) << what;
+      EXPECT_NE(what.find("***"), std::string::npos) << what;
+    }
+  }
 }
 
 }  // namespace
