@@ -8,7 +8,9 @@ namespace redlock {
 using detail::RoundKind;
 
 Client::Client(ClientOptions options) : impl_(std::make_unique<detail::ClientImpl>(std::move(options))) {}
-Client::~Client() = default;
+Client::~Client() {
+  if (impl_->inside_callback()) detail::ClientImpl::destroy_from_callback(std::move(impl_));
+}
 
 OperationId Client::acquire_async(std::string resource, Callback done, AcquireOptions options) {
   auto op = std::make_shared<detail::Operation>();
@@ -20,7 +22,7 @@ OperationId Client::acquire_async(std::string resource, Callback done, AcquireOp
   op->retries_left = std::max(-1, options.retry_count.value_or(impl_->options_.retry_count));
   op->fencing = options.fencing;
   if (options.wait) {
-    op->wait_deadline_ns = detail::now_ns() + detail::to_ns(*options.wait);
+    op->wait_deadline_ns = detail::deadline_after(detail::now_ns(), *options.wait);
   }
   return impl_->submit(std::move(op));
 }

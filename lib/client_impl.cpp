@@ -22,7 +22,7 @@ std::string ms_text(microseconds value) {
 }
 
 // Calls a user callback at the library boundary: its exceptions go no further.
-void call_back(const Callback& done, Result result) noexcept {
+void call_user(const Callback& done, Result result) noexcept {
   if (!done) return;
   try {
     done(std::move(result));
@@ -51,6 +51,8 @@ ClientImpl::ClientImpl(ClientOptions options) : options_(std::move(options)) {
   // Connections are created on the loop thread: they register with the loop, which is
   // already running there.
   loop_->post([this] {
+    // A Client on a caller's loop may be destroyed before that loop ever ran this task.
+    if (shutting_down_) return;
     std::string handshake;
     for (const auto* script : {&release_script_, &extend_script_, &fenced_acquire_script_, &fence_raise_script_}) {
       handshake += script->load_command;
@@ -85,7 +87,33 @@ ClientImpl::~ClientImpl() {
   loop_->join();  // the loop thread ends once the shutdown has closed every handle
 }
 
+void ClientImpl::call_back(const Callback& done, Result result) noexcept {
+  ++callbacks_running_;
+  call_user(done, std::move(result));
+  --callbacks_running_;
+}
+
+bool ClientImpl::inside_callback() const noexcept { return loop_->in_loop_thread() && callbacks_running_ > 0; }
+
+void ClientImpl::destroy_from_callback(std::unique_ptr<ClientImpl> impl) {
+  if (impl->loop_->owns_thread()) {
+    std::fputs("redlock: Client destroyed inside its own callback on its own loop thread; this would deadlock\n",
+               stderr);
+    std::abort();
+  }
+  impl->shutdown();
+  auto* idle = new uv_idle_t;
+  uv_idle_init(impl->loop_->uv(), idle);
+  idle->data = impl.release();
+  uv_idle_start(idle, [](uv_idle_t* handle) {
+    delete static_cast<ClientImpl*>(handle->data);
+    uv_close(reinterpret_cast<uv_handle_t*>(handle), [](uv_handle_t* h) { delete reinterpret_cast<uv_idle_t*>(h); });
+  });
+}
+
 void ClientImpl::shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
   shutting_down_ = true;
   std::vector<OperationId> live;
   for (auto& [id, op] : operations_) {
@@ -105,7 +133,7 @@ OperationId ClientImpl::submit(std::shared_ptr<Operation> op) {
     Result result;
     result.outcome = Outcome::cancelled;
     result.message = "the client is shutting down";
-    call_back(op->done, std::move(result));
+    call_user(op->done, std::move(result));
   }
   return id;
 }
@@ -141,28 +169,28 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
   send_round(op, op->kind);
 }
 
-std::string ClientImpl::encode(RoundKind kind, const Operation& op, bool use_eval) const {
+std::string ClientImpl::encode(RoundKind kind, const RoundArgs& args, bool use_eval) const {
   switch (kind) {
     case RoundKind::acquire:
-      if (!op.fencing) return encode_set_nx_px(op.key, op.token, op.ttl.count());
-      return encode_script_call(fenced_acquire_script_, use_eval, {op.key, options_.fence_key},
-                                        {op.token, std::to_string(op.ttl.count())});
+      if (!args.fencing) return encode_set_nx_px(args.key, args.token, args.ttl.count());
+      return encode_script_call(fenced_acquire_script_, use_eval, {args.key, options_.fence_key},
+                                {args.token, std::to_string(args.ttl.count())});
     case RoundKind::extend:
-      return encode_script_call(extend_script_, use_eval, {op.key}, {op.token, std::to_string(op.ttl.count())});
+      return encode_script_call(extend_script_, use_eval, {args.key}, {args.token, std::to_string(args.ttl.count())});
     case RoundKind::release:
-      return encode_script_call(release_script_, use_eval, {op.key}, {op.token});
+      return encode_script_call(release_script_, use_eval, {args.key}, {args.token});
     case RoundKind::fence:
-      return encode_script_call(fence_raise_script_, use_eval, {options_.fence_key}, {std::to_string(op.fence)});
+      return encode_script_call(fence_raise_script_, use_eval, {options_.fence_key}, {std::to_string(args.fence)});
   }
   return {};
 }
 
 void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind) {
-  auto round = std::make_shared<Round>(*this, op, kind);
-  op->round = round;
   if (kind != RoundKind::fence) ++op->attempts;  // the fencing round belongs to its acquire's attempt
   if (kind == RoundKind::acquire) op->token = make_token();
-  const std::string command = encode(kind, *op, false);
+  auto round = std::make_shared<Round>(*this, op, kind, RoundArgs{op->key, op->token, op->ttl, op->fence, op->fencing});
+  op->round = round;
+  const std::string command = encode(kind, round->args_, false);
   // t0 is taken before the first send: elapsed time is never under-counted.
   round->started_ = clock_->now();
   round->start_ns_ = now_ns();
@@ -180,7 +208,7 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
   }
   round->evaluate();
   if (!round->decided_) {
-    round->deadline_timer_ = loop_->schedule_at(round->start_ns_ + to_ns(options_.command_timeout), [this, round] {
+    round->deadline_timer_ = loop_->schedule_at(deadline_after(round->start_ns_, options_.command_timeout), [this, round] {
       round->deadline_timer_ = 0;
       // Replies already waiting in the sockets count: read them before timing anyone out.
       loop_->after_io([round] { round->on_deadline(); });
@@ -299,7 +327,7 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   const auto delay_ms = std::max<long long>(
       0, options_.retry_delay.count() + std::uniform_int_distribution<long long>(
                                             -options_.retry_jitter.count(), options_.retry_jitter.count())(jitter_rng_));
-  const std::uint64_t retry_at = now_ns() + to_ns(Milliseconds(delay_ms));
+  const std::uint64_t retry_at = deadline_after(now_ns(), Milliseconds(delay_ms));
   const bool within_wait = op->wait_deadline_ns == 0 || retry_at < op->wait_deadline_ns;
   if (op->retries_left == 0 || !within_wait || shutting_down_) {
     finish(op, std::move(result));
@@ -364,7 +392,7 @@ Result ClientImpl::wait_for(const std::function<void(Callback)>& start) {
 }
 
 bool ClientImpl::wait_connected(std::size_t count, Milliseconds timeout) {
-  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  const auto give_up = steady_deadline_after(timeout);
   for (;;) {
     auto promise = std::make_shared<std::promise<std::size_t>>();
     auto future = promise->get_future();
@@ -383,15 +411,26 @@ bool ClientImpl::wait_connected(std::size_t count, Milliseconds timeout) {
   }
 }
 
+std::string ClientImpl::shown(std::string_view text) const {
+  std::string out(text);
+  for (const auto& endpoint : endpoints_) out = endpoint.redact(out);
+  if (out.size() > kMaxShownText) {
+    out.resize(kMaxShownText);
+    out += "... (cut)";
+  }
+  return out;
+}
+
 void ClientImpl::warn(const std::string& message) const {
+  const std::string text = shown(message);
   if (options_.on_warning) {
     try {
-      options_.on_warning(message);
+      options_.on_warning(text);
     } catch (...) {
     }
     return;
   }
-  std::fprintf(stderr, "redlock: warning: %s\n", message.c_str());
+  std::fprintf(stderr, "redlock: warning: %s\n", text.c_str());
 }
 
 }  // namespace redlock::detail

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <random>
 #include <utility>
 
@@ -191,7 +192,9 @@ void Connection::on_connected(int status) {
   if (ep.db != 0) step(encode_command({"SELECT", std::to_string(ep.db)}), Step::must_succeed);
   info_ = ServerInfo{};
   step(encode_command({"INFO", "server"}), Step::server_info);
-  step(encode_command({"CONFIG", "GET", "maxmemory-policy"}), Step::memory_policy);
+  for (const char* parameter : {"maxmemory-policy", "appendonly", "appendfsync"}) {
+    step(encode_command({"CONFIG", "GET", parameter}), Step::config_get);
+  }
   handshake += options_.handshake_extra;
   for (std::size_t i = 0; i < options_.handshake_extra_count; ++i) {
     handshake_pending.push_back({nullptr, 0, now, Step::may_fail});
@@ -280,14 +283,21 @@ void Connection::on_handshake_reply(Step step, const redisReply* reply) {
       return;
     }
     info_.run_id = std::string(run_id);
-    // uptime_in_seconds is truncated, so the server started at or before this instant:
-    // counting from it can only make the server look younger, never older.
+    // uptime_in_seconds is the difference of two whole wall-clock seconds (now and the start),
+    // so a server started at x.9 s reads 1 at x+1.0 s: the true age can be up to 1 s less.
+    // Counting from (uptime - 1) s before this read is the youngest the server can be.
     const std::uint64_t now = now_ns();
-    const std::uint64_t up_ns = seconds * 1'000'000'000u;
-    info_.started_ns = up_ns < now ? now - up_ns : 0;
-  } else if (step == Step::memory_policy && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-             reply->element[1]->type == REDIS_REPLY_STRING) {
-    info_.maxmemory_policy.assign(reply->element[1]->str, reply->element[1]->len);
+    const std::uint64_t whole = seconds > 0 ? seconds - 1 : 0;
+    const std::uint64_t at_least_ns =
+        whole > std::numeric_limits<std::uint64_t>::max() / 1'000'000'000u ? now : whole * 1'000'000'000u;
+    info_.started_ns = at_least_ns < now ? now - at_least_ns : 0;
+  } else if (step == Step::config_get && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+             reply->element[0]->type == REDIS_REPLY_STRING && reply->element[1]->type == REDIS_REPLY_STRING) {
+    const std::string_view name(reply->element[0]->str, reply->element[0]->len);
+    std::string value(reply->element[1]->str, reply->element[1]->len);
+    if (name == "maxmemory-policy") info_.maxmemory_policy = std::move(value);
+    if (name == "appendonly") info_.appendonly = std::move(value);
+    if (name == "appendfsync") info_.appendfsync = std::move(value);
   }
 }
 

@@ -9,7 +9,7 @@ namespace redlock {
 namespace {
 
 // The URI as it may appear in an error message: the password replaced by "***".
-std::string redact(std::string_view uri) {
+std::string masked(std::string_view uri) {
   const auto scheme_end = uri.find("://");
   const auto authority_start = scheme_end == std::string_view::npos ? 0 : scheme_end + 3;
   const auto at = uri.rfind('@');
@@ -21,7 +21,7 @@ std::string redact(std::string_view uri) {
 }
 
 [[noreturn]] void bad(std::string_view uri, const std::string& why) {
-  throw ConfigError("master URI '" + redact(uri) + "': " + why);
+  throw ConfigError("master URI '" + masked(uri) + "': " + why);
 }
 
 int hex_value(char c) {
@@ -131,6 +131,26 @@ std::string Endpoint::display() const {
   std::string out = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   out += ":" + std::to_string(port);
   if (db != 0) out += "/" + std::to_string(db);
+  return out;
+}
+
+std::string Endpoint::mask_uri(std::string_view uri) { return masked(uri); }
+
+std::string Endpoint::redact(std::string_view text) const {
+  constexpr std::size_t kShortestPrefix = 4;
+  if (password.empty()) return std::string(text);
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t common = 0;
+    while (common < password.size() && i + common < text.size() && text[i + common] == password[common]) ++common;
+    if (common == password.size() || common >= kShortestPrefix) {
+      out += "***";
+      i += common;
+    } else {
+      out.push_back(text[i++]);
+    }
+  }
   return out;
 }
 

@@ -167,7 +167,7 @@ void EventLoop::run_timers() {
   // Each task may schedule or cancel timers, so take one at a time.
   while (!timers_.empty()) {
     auto it = timers_.begin();
-    if (it->first.first > now_ns() + kTimerSlackNs) break;
+    if (it->first.first > deadline_after(now_ns(), kTimerSlackNs)) break;
     Task task = std::move(it->second);
     timer_deadlines_.erase(it->first.second);
     timers_.erase(it);
@@ -181,7 +181,8 @@ void EventLoop::add_before_poll_hook(Task hook) { before_poll_.push_back(std::mo
 void EventLoop::on_prepare(uv_prepare_t* handle) {
   auto* self = static_cast<EventLoop*>(handle->data);
   self->note_loop_thread();
-  for (auto& hook : self->before_poll_) hook();
+  // By index: a hook can end in a user callback that closes the loop.
+  for (std::size_t i = 0; i < self->before_poll_.size(); ++i) self->before_poll_[i]();
 }
 
 void EventLoop::after_io(Task task) {
@@ -207,7 +208,6 @@ void EventLoop::close() {
   drain_queue();
   timers_.clear();
   timer_deadlines_.clear();
-  before_poll_.clear();
   after_io_.clear();
   if (idle_ != nullptr) close_and_delete(std::exchange(idle_, nullptr));
   if (check_ != nullptr) close_and_delete(std::exchange(check_, nullptr));

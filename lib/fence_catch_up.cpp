@@ -26,7 +26,7 @@ class CatchUp final : public ReplySink, public std::enable_shared_from_this<Catc
       return;
     }
     auto self = shared_from_this();
-    timer_ = impl_.loop_->schedule_at(now_ns() + deadline_ns(), [self] {
+    timer_ = impl_.loop_->schedule_at(deadline_after(now_ns(), deadline_ns()), [self] {
       self->timer_ = 0;
       if (!self->done_) self->give_up();
     });
@@ -48,7 +48,9 @@ class CatchUp final : public ReplySink, public std::enable_shared_from_this<Catc
     }
     if (read_ == needed_ && !raising_) {
       raising_ = true;
-      const std::string raise = impl_.encode(RoundKind::fence, fence_op(), true);
+      RoundArgs args;
+      args.fence = highest_;
+      const std::string raise = impl_.encode(RoundKind::fence, args, true);
       if (!impl_.connections_[target_]->send(raise, shared_from_this(), target_)) give_up();
     } else if (answered_ == asked_ && read_ < needed_) {
       give_up();
@@ -56,12 +58,6 @@ class CatchUp final : public ReplySink, public std::enable_shared_from_this<Catc
   }
 
  private:
-  Operation fence_op() const {
-    Operation op;
-    op.fence = highest_;
-    return op;
-  }
-
   std::uint64_t deadline_ns() const { return to_ns(impl_.options_.connect_timeout); }
 
   void finish(bool raised) {
@@ -116,7 +112,18 @@ void ClientImpl::catch_up(std::uint32_t index) {
     view.fence_ready = true;
     return;
   }
-  if (view.catch_up_running || shutting_down_) return;
+  if (view.catch_up_running || view.fence_ready || shutting_down_) return;
+  // A3: the reads go out at least one command deadline after this incarnation was seen, so
+  // a round-2 raise another client counted before the restart has executed where we read.
+  // Every path into a catch-up (first sight, a restart during a catch-up, a retry) waits here.
+  const std::uint64_t not_before = deadline_after(view.epoch_seen_ns, options_.command_timeout);
+  if (now_ns() < not_before) {
+    const std::uint32_t epoch = view.epoch;
+    loop_->schedule_at(not_before, [this, index, epoch] {
+      if (views_[index].epoch == epoch) catch_up(index);
+    });
+    return;
+  }
   view.catch_up_running = true;
   std::make_shared<CatchUp>(*this, index)->start();
 }

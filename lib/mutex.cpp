@@ -1,5 +1,6 @@
 #include "redlock/mutex.h"
 
+#include "detail/event_loop.h"
 #include "detail/validation.h"
 #include "redlock/errors.h"
 
@@ -94,12 +95,17 @@ bool Mutex::try_lock() {
 }
 
 bool Mutex::try_lock_within(Milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + std::max(timeout, Milliseconds{0});
+  // A timeout beyond what steady_clock can add without overflow waits without a deadline.
+  std::optional<std::chrono::steady_clock::time_point> deadline = detail::steady_deadline_after(timeout);
+  if (*deadline == std::chrono::steady_clock::time_point::max()) deadline.reset();
   if (!gate_lock_until(deadline)) return false;
   AcquireOptions options = options_;
   options.retry_count = -1;
-  options.wait = std::max(Milliseconds{0}, std::chrono::duration_cast<Milliseconds>(
-                                               deadline - std::chrono::steady_clock::now()));
+  if (deadline) {
+    options.wait = std::max(Milliseconds{0}, std::chrono::duration_cast<Milliseconds>(*deadline - std::chrono::steady_clock::now()));
+  } else {
+    options.wait.reset();
+  }
   if (attempt(options)) return true;
   gate_unlock();
   return false;

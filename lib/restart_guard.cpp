@@ -7,22 +7,36 @@ namespace redlock::detail {
 
 std::optional<std::string> ClientImpl::not_counted(std::uint32_t index, bool fenced) const {
   const Connection& connection = *connections_[index];
+  const MasterView& view = views_[index];
   if (options_.restart_guard) {
     const auto& info = connection.server_info();
     if (info.run_id.empty()) {
       return "restart guard cannot tell when it started: " +
              (info.error.empty() ? std::string("no INFO server yet") : info.error);
     }
-    const std::uint64_t up_ns = now_ns() - info.started_ns;
-    if (up_ns <= guard_ns_) {
+    const std::uint64_t now = now_ns();
+    const std::uint64_t up_ns = now > view.started_ns ? now - view.started_ns : 0;
+    if (!view.durable && up_ns <= guard_ns_) {
       return "restarted " + std::to_string(up_ns / 1'000'000'000u) + " s ago; counted after " +
              std::to_string(guard_ns_ / 1'000'000'000u) + " s (restart guard)";
     }
   }
-  if (fenced && !views_[index].fence_ready) {
+  if (fenced && !view.fence_ready) {
     return "fencing counter not caught up since this master (re)started";
   }
   return std::nullopt;
+}
+
+std::optional<std::string> ClientImpl::counted_because(std::uint32_t index) const {
+  const MasterView& view = views_[index];
+  if (!options_.restart_guard || !view.durable) return std::nullopt;
+  const std::uint64_t now = now_ns();
+  if (now > view.started_ns && now - view.started_ns > guard_ns_) return std::nullopt;  // the age rule
+  return std::string("counted at once: durable master (appendonly yes, appendfsync always; restart guard)");
+}
+
+bool ClientImpl::same_server(std::uint32_t a, std::uint32_t b) const {
+  return a != b && !views_[a].run_id.empty() && views_[a].run_id == views_[b].run_id;
 }
 
 void ClientImpl::on_master_ready(std::uint32_t index) {
@@ -30,21 +44,47 @@ void ClientImpl::on_master_ready(std::uint32_t index) {
   MasterView& view = views_[index];
   if (!info.run_id.empty() && info.run_id != view.run_id) {
     const bool restarted = !view.run_id.empty();
+    // Keys survive a restart only if the incarnation that granted them was durable, and
+    // the new one loaded its AOF (same configuration): both must say so.
+    const bool kept_keys = view.durable && info.durable();
+    const std::uint64_t now = now_ns();
     view.run_id = info.run_id;
     ++view.epoch;
+    view.epoch_seen_ns = now;
+    // A restart this Client saw: its age counts from the moment the Client saw it, on the
+    // Client's own monotonic clock (or from uptime, if that is stricter). A wall-clock step
+    // on the restarted master would otherwise make it look old at once. A first contact has
+    // only uptime to go on.
+    view.started_ns = restarted ? std::max(info.started_ns, now) : info.started_ns;
+    // Judged once per incarnation, as first seen: AOF switched on at run time holds the old
+    // keys only after its first rewrite, so it counts as durable from the next restart on.
+    view.durable = info.durable();
     view.fence_ready = false;
-    if (restarted && options_.restart_guard) forget_votes_of(index);
+    view.twin_warned = false;
+    if (restarted && options_.restart_guard) {
+      if (kept_keys) {
+        carry_votes_of(index, view.epoch - 1);
+      } else {
+        forget_votes_of(index);
+      }
+    }
     if (options_.fence_catch_up) {
-      // Wait one command deadline first: a fencing round-2 raise that another client got
-      // acknowledged before this restart has then executed on the masters we will read
-      // (docs/fencing.md, assumption A3).
-      const std::uint32_t epoch = view.epoch;
-      loop_->schedule_after(options_.command_timeout, [this, index, epoch] {
-        if (views_[index].epoch == epoch && !views_[index].fence_ready) catch_up(index);
-      });
+      // Waits one command deadline first (docs/fencing.md, assumption A3).
+      catch_up(index);
     } else {
       view.fence_ready = true;
     }
+  } else if (!info.run_id.empty()) {
+    // Same incarnation, read again: its start can only be later than we thought, never
+    // earlier (a forward wall-clock step would make uptime say otherwise).
+    view.started_ns = std::max(view.started_ns, info.started_ns);
+  }
+  if (!info.durable()) view.durable = false;  // durability switched off: from now on
+  for (std::uint32_t other = 0; other < size_; ++other) {
+    if (!same_server(index, other) || view.twin_warned) continue;
+    view.twin_warned = true;
+    warn("masters " + names_[other] + " and " + names_[index] + " are the same server (run_id " + view.run_id +
+         "): they give one vote between them; list every server once");
   }
   const auto& policy = info.maxmemory_policy;
   if (policy.rfind("allkeys-", 0) == 0) {
@@ -53,8 +93,8 @@ void ClientImpl::on_master_ready(std::uint32_t index) {
   }
 }
 
-// The master restarted: whatever it granted before is gone (it had no persistence, or the
-// guard would be off). Locks left below quorum are lost.
+// The master restarted and was not durable: whatever it granted before is gone. Locks left
+// below quorum are lost.
 void ClientImpl::forget_votes_of(std::uint32_t index) {
   const std::uint32_t epoch = views_[index].epoch;
   for (const auto& weak : live_locks_) {
@@ -63,6 +103,14 @@ void ClientImpl::forget_votes_of(std::uint32_t index) {
     state->epochs[index] = 0;
     --state->votes;
     if (state->votes < quorum_) state->lost.store(true, std::memory_order_release);
+  }
+}
+
+// The master restarted but kept every key (durable): its votes stand, in the new epoch.
+void ClientImpl::carry_votes_of(std::uint32_t index, std::uint32_t previous_epoch) {
+  for (const auto& weak : live_locks_) {
+    const auto state = weak.lock();
+    if (state && state->epochs[index] == previous_epoch) state->epochs[index] = views_[index].epoch;
   }
 }
 

@@ -33,19 +33,32 @@ std::string describe_unexpected(const redisReply* reply) {
 
 }  // namespace
 
-Round::Round(ClientImpl& impl, std::shared_ptr<Operation> op, RoundKind kind)
-    : impl_(impl), op_(std::move(op)), kind_(kind), tally_{kind, impl.size_} {
+Round::Round(ClientImpl& impl, std::shared_ptr<Operation> op, RoundKind kind, RoundArgs args)
+    : impl_(impl), op_(std::move(op)), kind_(kind), args_(std::move(args)), tally_{kind, impl.size_} {
   masters_.resize(impl.size_);
   eval_sent_.resize(impl.size_);
-  if (kind == RoundKind::acquire && op_->fencing) values_.resize(impl.size_);
+  if (kind == RoundKind::acquire && args_.fencing) values_.resize(impl.size_);
   for (std::uint32_t i = 0; i < impl.size_; ++i) masters_[i].endpoint = impl.names_[i];
 }
 
 void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) {
-  if (is_noscript(reply) && !eval_sent_[index]) {
+  if (is_noscript(reply) && !eval_sent_[index] && (!decided_ || kind_ == RoundKind::release)) {
     // The script cache was flushed (or the master restarted) since the handshake loaded
-    // it. Answered even after the decision: a release must still land.
+    // it: nothing ran. A release is answered even after the decision: it must still land.
+    // A decided acquire, extend or fence round is not: its command would now run after
+    // the release of a failed attempt, and plant a key nobody releases.
     resend_with_eval(index);
+    return;
+  }
+  if (kind_ == RoundKind::fence && reply != nullptr && !decided_ && masters_[index].status == MasterStatus::pending &&
+      now_ns() > deadline_after(start_ns_, impl_.options_.command_timeout)) {
+    // docs/fencing.md, A3: an acknowledged raise executed within one command deadline of
+    // being sent. A reply read later (the loop was busy, the master slow) may have executed
+    // later too, so it is not an acknowledgement, even if the deadline timer has not run yet.
+    record(index, MasterStatus::timeout,
+           "acknowledged after the " + std::to_string(impl_.options_.command_timeout.count()) +
+               " ms deadline: a fencing round counts only replies read in time");
+    evaluate();
     return;
   }
   if (decided_ || masters_[index].status != MasterStatus::pending) {
@@ -53,7 +66,7 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
     // the release was sent to this master after the SET, on the same connection, so it
     // runs after it: a late grant is already being undone. A late grant of a successful
     // acquire still strengthens the lock: remember it for the restart guard.
-    if (granted_ && reply != nullptr) {
+    if (granted_ && reply != nullptr && !is_noscript(reply)) {
       std::string error;
       if (classify(index, reply, error) == MasterStatus::ok && granted_->epochs[index] == 0) {
         granted_->epochs[index] = impl_.views_[index].epoch;
@@ -80,7 +93,7 @@ MasterStatus Round::classify(std::uint32_t index, const redisReply* reply, std::
     return MasterStatus::server_error;
   }
   MasterStatus status = MasterStatus::server_error;
-  const bool fenced_acquire = kind_ == RoundKind::acquire && op_->fencing;
+  const bool fenced_acquire = kind_ == RoundKind::acquire && args_.fencing;
   if (kind_ == RoundKind::acquire && !fenced_acquire) {
     if (reply->type == REDIS_REPLY_STATUS && reply->len == 2 && starts_with(reply, "OK")) {
       status = MasterStatus::ok;
@@ -95,7 +108,8 @@ MasterStatus Round::classify(std::uint32_t index, const redisReply* reply, std::
       status = MasterStatus::held_by_other;
     }
   } else if (kind_ == RoundKind::fence) {
-    if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= static_cast<long long>(op_->fence)) {
+    if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= 0 &&
+        static_cast<std::uint64_t>(reply->integer) >= args_.fence) {
       status = MasterStatus::ok;
     }
   } else if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= -1 && reply->integer <= 1) {
@@ -114,19 +128,35 @@ MasterStatus Round::classify(std::uint32_t index, const redisReply* reply, std::
     error = std::move(*why);
     return MasterStatus::not_counted;
   }
+  if (twin_voted(index)) {
+    error = "same server (run_id " + impl_.views_[index].run_id + ") as another master that already voted";
+    return MasterStatus::not_counted;
+  }
   if (kind_ == RoundKind::extend && impl_.options_.restart_guard && op_->lock.state &&
       op_->lock.state->epochs[index] != impl_.views_[index].epoch) {
     error = op_->lock.state->epochs[index] == 0 ? "did not grant this lock"
                                                 : "restarted since it granted this lock (restart guard)";
     return MasterStatus::not_counted;
   }
+  if (auto rule = impl_.counted_because(index)) error = std::move(*rule);
   return MasterStatus::ok;
+}
+
+bool Round::twin_voted(std::uint32_t index) const {
+  for (std::uint32_t other = 0; other < impl_.size_; ++other) {
+    if (!impl_.same_server(index, other)) continue;
+    // Before the decision the round's own rows say who voted; after it (a late reply) the
+    // lock's bookkeeping does.
+    if (!decided_ && masters_[other].status == MasterStatus::ok) return true;
+    if (granted_ && granted_->epochs[other] != 0) return true;
+  }
+  return false;
 }
 
 void Round::record(std::uint32_t index, MasterStatus status, std::string error) {
   auto& master = masters_[index];
   master.status = status;
-  master.error = std::move(error);
+  master.error = impl_.shown(error);
   master.latency = std::chrono::microseconds((now_ns() - start_ns_) / 1000u);
   tally_.add(status);
 }
@@ -146,7 +176,7 @@ void Round::on_deadline() {
 
 void Round::resend_with_eval(std::uint32_t index) {
   eval_sent_[index] = true;
-  const std::string command = impl_.encode(kind_, *op_, true);
+  const std::string command = impl_.encode(kind_, args_, true);
   if (!impl_.connections_[index]->send(command, shared_from_this(), index) && !decided_ &&
       masters_[index].status == MasterStatus::pending) {
     record(index, MasterStatus::not_connected, impl_.connections_[index]->last_error());

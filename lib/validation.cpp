@@ -33,6 +33,13 @@ void positive(Milliseconds value, const char* field) {
   require(value.count() > 0, std::string("ClientOptions.") + field + " must be positive (got " + ms(value) + ")");
 }
 
+// Every deadline is a sum of a clock reading and one of these: bounding them keeps each
+// sum far from overflowing (steady_clock nanoseconds last ~292 years).
+void not_too_long(Milliseconds value, const char* field) {
+  require(value <= kMaxDuration, std::string("ClientOptions.") + field + " is " + ms(value) +
+                                     ", more than the maximum " + ms(kMaxDuration) + " (365 days)");
+}
+
 // A printable excerpt of a resource name for error messages.
 std::string excerpt(std::string_view text) {
   std::string out;
@@ -47,6 +54,7 @@ std::string excerpt(std::string_view text) {
 
 std::optional<std::string> check_ttl(const ClientOptions& options, Milliseconds ttl) {
   if (ttl.count() <= 0) return "ttl must be positive (got " + ms(ttl) + ")";
+  if (ttl > kMaxDuration) return "ttl " + ms(ttl) + " is more than the maximum " + ms(kMaxDuration) + " (365 days)";
   const auto drift = drift_for(ttl, options.drift_factor, options.drift_constant);
   const auto usable = std::chrono::duration_cast<std::chrono::microseconds>(ttl) - drift;
   if (usable <= options.min_validity) {
@@ -85,6 +93,14 @@ std::vector<Endpoint> validate(const ClientOptions& options) {
           "ClientOptions.drift_factor must be in [0, 1) (got " + std::to_string(options.drift_factor) + ")");
   not_negative(options.drift_constant, "drift_constant");
   not_negative(options.min_validity, "min_validity");
+  for (const auto& [value, field] : {std::pair{options.drift_constant, "drift_constant"},
+                                     {options.min_validity, "min_validity"}, {options.retry_delay, "retry_delay"},
+                                     {options.retry_jitter, "retry_jitter"}, {options.command_timeout, "command_timeout"},
+                                     {options.connect_timeout, "connect_timeout"}, {options.reconnect_min, "reconnect_min"},
+                                     {options.reconnect_max, "reconnect_max"}, {options.stall_timeout, "stall_timeout"},
+                                     {options.max_lock_ttl, "max_lock_ttl"}}) {
+    not_too_long(value, field);
+  }
   if (const auto why = check_ttl(options, options.ttl)) throw ConfigError("ClientOptions." + *why);
   require(options.retry_count >= 0,
           "ClientOptions.retry_count must not be negative (got " + std::to_string(options.retry_count) + ")");

@@ -4,6 +4,7 @@
 #include <uv.h>
 
 #include <future>
+#include <functional>
 #include <thread>
 
 #include "test_util.h"
@@ -129,6 +130,76 @@ TEST(AsyncTest, AttachesToACallersLoopAndTheLoopClosesCleanly) {
   // Destroyed on this (the loop's) thread; running the loop frees the last handles.
   uv_run(&loop, UV_RUN_DEFAULT);
   EXPECT_EQ(uv_loop_close(&loop), 0);
+}
+
+// A Client attached to a caller's loop and destroyed before that loop ever ran: the task
+// that would create its connections is still queued. Nothing may run after the Client is
+// gone (ASan: no use after free), and the loop closes cleanly.
+TEST(AsyncTest, AClientOnACallersLoopDestroyedBeforeTheLoopRanLeavesNothingBehind) {
+  RedisServerGroup masters(3);
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  {
+    auto options = options_for(masters);
+    options.loop = &loop;
+    Client client(options);
+    client.acquire_async("never-sent", [](Result) {});
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_EQ(uv_loop_close(&loop), 0);
+  EXPECT_EQ(with_key(masters, "redlock:never-sent"), 0u);
+}
+
+// client.h allows destroying a Client on its caller's loop thread, and a completion callback
+// runs there: deleting the Client inside its own callback must be safe whichever path
+// delivered it (a reply, a deadline timer, a refusal before anything was sent).
+TEST(AsyncTest, AClientDeletedInsideItsOwnCallbackIsSafe) {
+  RedisServerGroup masters(3);
+  struct Case {
+    const char* name;
+    std::function<void(RedisServerGroup&)> prepare;
+    std::string resource;
+  };
+  const std::vector<Case> cases = {
+      {"granted by replies", [](RedisServerGroup&) {}, "inside-callback"},
+      {"decided by the deadline timer", [](RedisServerGroup& m) { m[0].freeze(); m[1].freeze(); }, "timed-out"},
+      {"refused before sending", [](RedisServerGroup&) {}, ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    uv_loop_t loop;
+    ASSERT_EQ(uv_loop_init(&loop), 0);
+    auto options = options_for(masters);
+    options.loop = &loop;
+    options.command_timeout = 100ms;
+    auto* client = new Client(options);
+    // Let it connect first, so that the operation really goes to the masters.
+    const auto give_up = std::chrono::steady_clock::now() + 5s;
+    while (std::chrono::steady_clock::now() < give_up) {
+      std::optional<Result> probe;
+      client->acquire_async("probe", [&](Result r) { probe = std::move(r); });
+      while (!probe) uv_run(&loop, UV_RUN_ONCE);
+      if (probe->lock) {
+        bool released = false;
+        client->release_async(*probe->lock, [&](Result) { released = true; });
+        while (!released) uv_run(&loop, UV_RUN_ONCE);
+        break;
+      }
+    }
+    c.prepare(masters);
+    std::optional<Result> result;
+    client->acquire_async(c.resource, [&](Result r) {
+      result = std::move(r);
+      delete client;  // inside the callback
+      client = nullptr;
+    });
+    while (!result) uv_run(&loop, UV_RUN_ONCE);
+    EXPECT_EQ(client, nullptr);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    EXPECT_EQ(uv_loop_close(&loop), 0);
+    masters[0].thaw();
+    masters[1].thaw();
+  }
 }
 
 TEST(AsyncTest, SyncCallsFromAnotherThreadWorkWithACallersLoop) {

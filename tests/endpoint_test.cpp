@@ -335,3 +335,26 @@ TEST(EndpointDisplay, NeverShowsPasswordOrUser) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(EndpointRedact, MasksThePasswordAndEveryStartOfItFourCharactersOrLonger) {
+  const redlock::Endpoint ep = redlock::Endpoint::parse("redis://app:hunter2secret@db:6379");
+  EXPECT_EQ(ep.redact("with args beginning with: 'hunter2secret' "), "with args beginning with: '***' ");
+  EXPECT_EQ(ep.redact("echoed 'hunt' and 'hunter2se'"), "echoed '***' and '***'");
+  EXPECT_EQ(ep.redact("hun and hunter2secrethunter2secret"), "hun and ******");
+  EXPECT_EQ(ep.redact("nothing secret here"), "nothing secret here");
+  EXPECT_EQ(ep.redact(""), "");
+  const redlock::Endpoint no_password = redlock::Endpoint::parse("redis://db:6379");
+  EXPECT_EQ(no_password.redact("hunter2secret"), "hunter2secret");
+  const redlock::Endpoint short_password = redlock::Endpoint::parse("redis://:pw@db:6379");
+  EXPECT_EQ(short_password.redact("ERR 'pw' and 'p'"), "ERR '***' and 'p'");
+}
+
+TEST(EndpointRedact, MaskUriHidesThePasswordOfAUriThatDoesNotParse) {
+  EXPECT_EQ(redlock::Endpoint::mask_uri("redis://user:s3cr3t@host:notaport"), "redis://user:***@host:notaport");
+  EXPECT_EQ(redlock::Endpoint::mask_uri("redis://s3cr3t@host"), "redis://***@host");
+  EXPECT_EQ(redlock::Endpoint::mask_uri("redis://host:6379"), "redis://host:6379");
+}
+
+}  // namespace

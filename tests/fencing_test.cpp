@@ -9,7 +9,13 @@
 #include <mutex>
 #include <thread>
 
+#include <uv.h>
+
+#include <atomic>
+
+#include "detail/commands.h"
 #include "support/fenced_store.h"
+#include "tcp_proxy.h"
 #include "test_util.h"
 
 namespace redlock::testing {
@@ -128,6 +134,103 @@ TEST(FencingRestarts, WithoutCatchUpTheSameRestartsSendTokensBackwards) {
   std::uint64_t before = 0;
   const std::uint64_t after = token_after_two_restarts(false, before);
   EXPECT_LE(after, before) << "this is the failure the catch-up prevents";
+}
+
+// docs/fencing.md, assumption A3: a round-2 raise counts as acknowledged only if it executed
+// within one command deadline of being sent. Here every raise reaches its master 80 ms late
+// (50 ms deadline) while the Client's loop is stalled for 200 ms, so by the time the loop
+// reads the replies they are all in its sockets. Read late, they must not count: the
+// acquire fails instead of handing out a token the proof does not cover.
+TEST(FencingRounds, ARaiseAcknowledgedAfterTheDeadlineIsNotCounted) {
+  RedisServerGroup masters(3);
+  const std::string raise_sha = detail::Script(detail::kFenceRaiseScript).sha1;
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  uv_async_t stall;
+  uv_async_init(&loop, &stall, [](uv_async_t*) { std::this_thread::sleep_for(200ms); });
+  std::atomic<bool> armed{false};
+  std::atomic<bool> stalled{false};
+  const auto on_request = [&](std::string_view chunk) {
+    if (!armed.load() || chunk.find(raise_sha) == std::string_view::npos) return;
+    if (!stalled.exchange(true)) uv_async_send(&stall);
+    std::this_thread::sleep_for(80ms);
+  };
+  std::vector<std::unique_ptr<TcpProxy>> proxies;
+  std::vector<std::string> uris;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    proxies.push_back(std::make_unique<TcpProxy>(masters[i].port(), on_request));
+    uris.push_back(proxies.back()->uri());
+  }
+  auto options = options_for(uris);
+  options.command_timeout = 50ms;
+  options.loop = &loop;
+  {
+    Client client(options);
+    const auto acquire = [&](const std::string& resource) {
+      std::optional<Result> result;
+      AcquireOptions once;
+      once.fencing = true;
+      client.acquire_async(resource, [&](Result r) { result = std::move(r); }, once);
+      while (!result) uv_run(&loop, UV_RUN_ONCE);
+      return *result;
+    };
+    // Warm up until every master's fencing counter is caught up and a fenced acquire works.
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    Result warm;
+    while (!(warm = acquire("warm-up")).ok() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_TRUE(warm.ok()) << format_result(warm);
+    std::optional<Result> released;
+    client.release_async(*warm.lock, [&](Result r) { released = std::move(r); });
+    while (!released) uv_run(&loop, UV_RUN_ONCE);
+
+    armed = true;
+    const Result late = acquire("late-raise");
+    armed = false;
+    EXPECT_TRUE(stalled.load()) << "the raise never passed the proxy";
+    EXPECT_NE(late.outcome, Outcome::acquired) << format_result(late);
+    EXPECT_FALSE(late.lock.has_value());
+    std::size_t late_rows = 0;
+    for (const auto& master : late.masters) {
+      if (master.status == MasterStatus::timeout && master.error.find("deadline") != std::string::npos) ++late_rows;
+    }
+    EXPECT_GE(late_rows, 2u) << format_result(late);
+  }
+  uv_close(reinterpret_cast<uv_handle_t*>(&stall), nullptr);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_EQ(uv_loop_close(&loop), 0);
+}
+
+// A round answered late with NOSCRIPT (the script cache was flushed while the master was
+// frozen) belongs to an attempt that is over. Its command is not sent again: the first
+// attempt's retry sent a new token, and re-encoding the old round would carry that token to
+// a master the new attempt never counted. Master 2 ends up holding nothing of ours.
+TEST(FencingRounds, ALateNoscriptOfADecidedAttemptIsNotResent) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.command_timeout = 200ms;
+  options.stall_timeout = 0ms;  // keep the frozen master's connection and its queue
+  options.retry_delay = 400ms;
+  options.retry_jitter = 0ms;
+  Client client(options);
+  ASSERT_TRUE(client.acquire("warm-up", fenced()));  // every counter caught up
+  masters[2].command({"SCRIPT", "FLUSH"});
+  masters[2].freeze();
+  // Attempt 1 meets another owner on masters 0 and 1 (taken); attempt 2, 400 ms later,
+  // finds them free and is granted by 0 and 1 while 2 is still frozen.
+  for (const std::size_t i : {0u, 1u}) masters[i].command({"SET", "redlock:noscript", "other", "PX", "250"});
+  AcquireOptions two_attempts;
+  two_attempts.fencing = true;
+  two_attempts.retry_count = 1;
+  const Result held = client.acquire("noscript", two_attempts);
+  masters[2].thaw();
+  ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
+  EXPECT_EQ(held.attempts, 2);
+  std::this_thread::sleep_for(300ms);  // master 2 answers its backlog
+  EXPECT_NE(get(masters[2], held.lock->key), held.lock->token)
+      << "a resend of attempt 1 carried attempt 2's token to master 2";
+  EXPECT_TRUE(client.release(*held.lock));
 }
 
 TEST(FencingRounds, AnEvictingMaxmemoryPolicyIsWarnedAbout) {

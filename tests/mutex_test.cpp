@@ -75,6 +75,37 @@ TEST_F(MutexTest, TryLockForWaitsForTheHolderToLetGo) {
   EXPECT_TRUE(guard.try_lock_for(std::chrono::seconds(10)));
 }
 
+// A timeout too long for steady_clock arithmetic means "no limit", never "already over":
+// each of these waits for the holder's 300 ms lease to run out instead of giving up at once.
+TEST_F(MutexTest, TryLockForWithAnEnormousTimeoutWaitsInsteadOfGivingUp) {
+  auto options = options_for(masters_);
+  options.ttl = 300ms;
+  Client holder(options);
+  using Years = std::chrono::duration<long long, std::ratio<31'556'952>>;
+  const auto hold = [&](const std::string& resource) { ASSERT_TRUE(holder.acquire(resource)); };
+
+  Mutex years(client_, "forever-1");
+  hold("forever-1");
+  EXPECT_TRUE(years.try_lock_for(Years(1000))) << format_result(years.last_result());
+  years.unlock();
+
+  Mutex hours(client_, "forever-2");
+  hold("forever-2");
+  EXPECT_TRUE(hours.try_lock_for(std::chrono::hours::max())) << format_result(hours.last_result());
+  hours.unlock();
+
+  Mutex until(client_, "forever-3");
+  hold("forever-3");
+  EXPECT_TRUE(until.try_lock_until(std::chrono::time_point<std::chrono::system_clock, std::chrono::hours>::max()))
+      << format_result(until.last_result());
+  until.unlock();
+
+  // And a deadline in the past is one attempt, not a wait that wrapped around.
+  Mutex past(client_, "forever-4");
+  hold("forever-4");
+  EXPECT_FALSE(past.try_lock_until(std::chrono::time_point<std::chrono::system_clock, std::chrono::hours>::min()));
+}
+
 TEST_F(MutexTest, UnlockWhenNotHeldNeitherThrowsNorTouchesRedis) {
   Mutex mutex(client_, "idle");
   mutex.unlock();

@@ -2,9 +2,13 @@
 // grants are not votes for one max_lock_ttl, and a run_id change takes its votes away from
 // held locks. With the guard off the same scenario gives two holders: both are kept.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <filesystem>
+#include <mutex>
 #include <thread>
 
+#include "clock_control.h"
 #include "test_util.h"
 
 namespace redlock::testing {
@@ -134,6 +138,178 @@ TEST(RestartGuardTest, WithDurableMastersTheGuardCanBeOffAndKeysSurviveARestart)
   EXPECT_EQ(get(masters[0], held.lock->key), held.lock->token);
   const Result other = second.acquire("durable");
   EXPECT_EQ(other.outcome, Outcome::taken) << format_result(other);
+}
+
+// Polls acquires (N = 1 masters: one vote decides) until the master's grant is counted;
+// returns when that happened on the steady clock, or nullopt after `limit`.
+std::optional<std::chrono::steady_clock::time_point> first_counted(Client& client, std::chrono::milliseconds limit) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < give_up) {
+    const Result r = client.acquire("probe");
+    const auto at = std::chrono::steady_clock::now();
+    if (r) {
+      client.release(*r.lock);
+      return at;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return std::nullopt;
+}
+
+// Redis computes uptime_in_seconds from whole wall-clock seconds, so a server started at
+// x.9 s reads "1" about 0.1 s later. A Client that trusted it would count a restarted master
+// ~0.9 s early, while the lock it forgot may still be held elsewhere. Started just before a
+// wall-clock second turns over, the master must still not be counted before max_lock_ttl
+// has passed since it restarted.
+TEST(RestartGuardTest, UptimeRoundedUpNeverCountsAMasterEarly) {
+  RedisServer master;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("restart " + std::to_string(round));
+    // Restart at ~x.8 s on the wall clock, and make first contact just after the second
+    // turns over, when the server is ~0.25 s old and uptime_in_seconds already says 1.
+    const auto wall_ms = [] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch());
+    };
+    while (wall_ms() % 1000 < 780ms || wall_ms() % 1000 >= 810ms) std::this_thread::sleep_for(2ms);
+    const auto restarted_at = std::chrono::steady_clock::now();
+    const auto restart_second = wall_ms() / 1000;
+    master.kill();
+    master.restart();
+    while (wall_ms() / 1000 == restart_second || wall_ms() % 1000 < 20ms) std::this_thread::sleep_for(2ms);
+    auto options = options_for({master.uri()});
+    options.restart_guard = true;
+    options.ttl = 1000ms;
+    options.max_lock_ttl = 2000ms;
+    Client client(options);  // first contact: uptime is all it has to go on
+    const auto counted_at = first_counted(client, 10s);
+    ASSERT_TRUE(counted_at.has_value()) << "never counted";
+    EXPECT_GE(*counted_at - restarted_at, options.max_lock_ttl)
+        << "counted " << std::chrono::duration_cast<std::chrono::milliseconds>(*counted_at - restarted_at).count()
+        << " ms after the restart";
+  }
+}
+
+// A private directory for the clock shim's control file.
+struct ClockDir {
+  ClockDir() {
+    std::string pattern = std::filesystem::temp_directory_path().string() + "/redlock-guard-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path = pattern;
+  }
+  ~ClockDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string path;
+};
+
+// A restarted master whose wall clock then steps forward reports a huge uptime. A Client
+// that saw the restart (a new run_id) measures that master's age on its own monotonic
+// clock from that moment, so the step does not make it look old.
+TEST(RestartGuardTest, AWallClockStepAfterARestartDoesNotMakeAMasterLookOld) {
+  ClockDir dir;
+  chaos::ClockControl clock(dir.path + "/clock");
+  support::RedisServerOptions shimmed;
+  shimmed.environment = clock.server_environment();
+  RedisServer master(shimmed);
+  auto options = options_for({master.uri()});
+  options.restart_guard = true;
+  options.ttl = 1000ms;
+  options.max_lock_ttl = 2000ms;
+  Client client(options);
+  ASSERT_TRUE(first_counted(client, 10s).has_value());
+
+  master.kill();
+  master.restart();
+  const auto restarted_at = std::chrono::steady_clock::now();
+  clock.jump(600s);
+  // Make the Client read INFO again now that uptime_in_seconds says ~600.
+  ASSERT_TRUE(eventually([&] {
+    master.command({"CLIENT", "KILL", "TYPE", "normal"});
+    const Reply info = master.command({"INFO", "server"});
+    return info.str.find("uptime_in_seconds:60") != std::string::npos;
+  }));
+  std::this_thread::sleep_for(100ms);
+  master.command({"CLIENT", "KILL", "TYPE", "normal"});
+  ASSERT_TRUE(client.wait_connected(1, 5s));
+
+  const Result early = client.acquire("stepped");
+  EXPECT_NE(early.outcome, Outcome::acquired) << format_result(early);
+  EXPECT_EQ(early.masters[0].status, MasterStatus::not_counted) << format_result(early);
+  const auto counted_at = first_counted(client, 10s);
+  ASSERT_TRUE(counted_at.has_value());
+  EXPECT_GE(*counted_at - restarted_at, options.max_lock_ttl);
+}
+
+// A master that loses nothing on restart (appendonly yes + appendfsync always) needs no
+// quarantine: a fresh durable cluster grants at once, a row says which rule counted it, and
+// its restarts take no votes away.
+TEST(RestartGuardTest, DurableMastersAreCountedAtOnceAndKeepTheirVotesAcrossRestarts) {
+  support::RedisServerOptions durable;
+  durable.persistence = true;
+  RedisServerGroup masters(3, durable);
+  Client first(guarded(masters, true));
+  Client second(guarded(masters, true));
+  ASSERT_TRUE(first.wait_connected(3, 5s));
+  const Result held = first.acquire("durable-guarded");
+  ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
+  for (const auto& master : held.masters) {
+    if (master.status != MasterStatus::ok) continue;
+    EXPECT_NE(master.error.find("appendfsync always"), std::string::npos) << format_result(held);
+  }
+  ASSERT_TRUE(eventually([&] { return holding(masters, held.lock->key, held.lock->token) == 3u; }));
+  std::this_thread::sleep_for(50ms);  // the straggler's late OK reaches the bookkeeping
+  for (const std::size_t i : {0u, 1u}) {
+    masters[i].kill();
+    masters[i].restart();
+  }
+  ASSERT_TRUE(first.wait_connected(3, 5s));
+  ASSERT_TRUE(second.wait_connected(3, 5s));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(held.lock->lost()) << "durable masters forgot nothing";
+  const Result other = second.acquire("durable-guarded");
+  EXPECT_EQ(other.outcome, Outcome::taken) << format_result(other);
+  const Result extended = first.extend(*held.lock);
+  EXPECT_EQ(extended.outcome, Outcome::extended) << format_result(extended);
+}
+
+// One server reached through two addresses is one vote: with a dead third master, the
+// twin alone must not make a quorum of 2.
+TEST(RestartGuardTest, OneServerListedTwiceGivesOneVote) {
+  for (const bool guard : {false, true}) {
+    SCOPED_TRACE(guard ? "guard on" : "guard off");
+    support::RedisServerOptions two_addresses;
+    two_addresses.extra_args = {"--bind", "127.0.0.1", "127.0.0.2"};
+    support::RedisServerOptions durable = two_addresses;
+    durable.persistence = true;  // counted at once by the guard: the test is about identity
+    RedisServer twin(guard ? durable : two_addresses);
+    RedisServer gone;
+    const std::string gone_uri = gone.uri();
+    gone.kill();
+    const std::string port = std::to_string(twin.port());
+    auto options = options_for({"redis://127.0.0.1:" + port + "/0", "redis://127.0.0.2:" + port + "/1", gone_uri});
+    options.restart_guard = guard;
+    std::vector<std::string> warnings;
+    std::mutex warnings_mutex;
+    options.on_warning = [&](const std::string& text) {
+      const std::lock_guard lock(warnings_mutex);
+      warnings.push_back(text);
+    };
+    Client client(options);
+    ASSERT_TRUE(client.wait_connected(2, 5s));
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const Result r = client.acquire("twin-" + std::to_string(attempt));
+      EXPECT_NE(r.outcome, Outcome::acquired) << format_result(r);
+      EXPECT_EQ(r.count(MasterStatus::ok), 1u) << format_result(r);
+      const auto& second_row = r.masters[0].status == MasterStatus::ok ? r.masters[1] : r.masters[0];
+      EXPECT_EQ(second_row.status, MasterStatus::not_counted) << format_result(r);
+      EXPECT_NE(second_row.error.find("same server"), std::string::npos) << format_result(r);
+    }
+    const std::lock_guard lock(warnings_mutex);
+    ASSERT_FALSE(warnings.empty());
+    EXPECT_NE(warnings[0].find("127.0.0.1:" + port), std::string::npos) << warnings[0];
+    EXPECT_NE(warnings[0].find("127.0.0.2:" + port), std::string::npos) << warnings[0];
+  }
 }
 
 TEST(RestartGuardTest, ATtlLongerThanTheGuardWindowIsRefused) {

@@ -3,6 +3,8 @@
 // AUTH / ACL users / SELECT from the URI.
 #include <gtest/gtest.h>
 
+#include <mutex>
+
 #include "test_util.h"
 
 namespace redlock::testing {
@@ -137,6 +139,35 @@ TEST(ServerErrorTest, WrongPasswordIsAConnectionFailureThatNamesNoPassword) {
   EXPECT_EQ(result.masters[0].status, MasterStatus::not_connected);
   EXPECT_NE(result.masters[0].error.find("WRONGPASS"), std::string::npos) << result.masters[0].error;
   EXPECT_EQ(format_result(result).find("wrong-pass"), std::string::npos);
+}
+
+// With AUTH renamed away, Redis answers the handshake's AUTH with "ERR unknown command
+// 'AUTH', with args beginning with: '<password>'" (the argument cut at 128 bytes). No row,
+// formatted result or warning may show the password, or any 4+ character start of it.
+TEST(ServerErrorTest, AServerThatEchoesThePasswordNeverGetsItPrinted) {
+  support::RedisServerOptions no_auth;
+  no_auth.extra_args = {"--rename-command", "AUTH", "\"\""};
+  RedisServer master(no_auth);
+  for (const std::string& password : {std::string("hunter2-s3cret"), std::string(300, 'k') + "tail"}) {
+    SCOPED_TRACE(password.substr(0, 20));
+    std::vector<std::string> warnings;
+    std::mutex warnings_mutex;
+    auto options = options_for({with_auth(master.uri(), ":" + password)});
+    options.on_warning = [&](const std::string& text) {
+      const std::lock_guard lock(warnings_mutex);
+      warnings.push_back(text);
+    };
+    Client client(options);
+    EXPECT_FALSE(client.wait_connected(1, 300ms));
+    const Result result = client.acquire("x");
+    ASSERT_EQ(result.masters.size(), 1u);
+    EXPECT_EQ(result.masters[0].status, MasterStatus::not_connected) << format_result(result);
+    EXPECT_NE(result.masters[0].error.find("unknown command"), std::string::npos) << result.masters[0].error;
+    std::string everything = format_result(result) + result.message;
+    const std::lock_guard lock(warnings_mutex);
+    for (const auto& warning : warnings) everything += warning;
+    EXPECT_EQ(everything.find(password.substr(0, 4)), std::string::npos) << everything;
+  }
 }
 
 TEST(ServerErrorTest, NoPasswordGivenIsNoauthOnThatMaster) {

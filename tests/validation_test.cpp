@@ -187,6 +187,33 @@ TEST(ClientValidation, NegativeDurations) {
   }
 }
 
+// Every duration is added to a clock reading somewhere: one too long to add is refused by
+// name, never left to overflow into a deadline in the past.
+TEST(ClientValidation, DurationsLongerThanTheMaximum) {
+  struct Case {
+    const char* field;
+    std::chrono::milliseconds ClientOptions::*member;
+  };
+  for (const Case c : {Case{"ttl", &ClientOptions::ttl}, Case{"drift_constant", &ClientOptions::drift_constant},
+                       Case{"retry_delay", &ClientOptions::retry_delay},
+                       Case{"retry_jitter", &ClientOptions::retry_jitter},
+                       Case{"min_validity", &ClientOptions::min_validity},
+                       Case{"command_timeout", &ClientOptions::command_timeout},
+                       Case{"connect_timeout", &ClientOptions::connect_timeout},
+                       Case{"reconnect_max", &ClientOptions::reconnect_max},
+                       Case{"stall_timeout", &ClientOptions::stall_timeout},
+                       Case{"max_lock_ttl", &ClientOptions::max_lock_ttl}}) {
+    for (const auto value : {redlock::kMaxDuration + 1ms, std::chrono::milliseconds::max()}) {
+      SCOPED_TRACE(std::string(c.field) + " = " + std::to_string(value.count()));
+      ClientOptions options = valid_options();
+      options.*c.member = value;
+      const std::string message = config_error(options);
+      EXPECT_THAT(message, HasSubstr(c.field));
+      EXPECT_THAT(message, HasSubstr(std::to_string(value.count()) + " ms"));
+    }
+  }
+}
+
 TEST(ClientValidation, NonPositiveTimeouts) {
   struct Case {
     const char* field;
@@ -377,6 +404,28 @@ TEST_F(CallValidation, AcquireTtlZeroOrTooShort) {
   EXPECT_THAT(result.message, HasSubstr("ttl 2 ms"));
 
   EXPECT_EQ(dbsize(), 0);
+}
+
+TEST_F(CallValidation, AcquireTtlLongerThanTheMaximum) {
+  AcquireOptions huge;
+  huge.ttl = std::chrono::milliseconds::max();
+  const Result result = client_->acquire("res", huge);
+  EXPECT_EQ(result.outcome, Outcome::invalid_argument) << redlock::format_result(result);
+  EXPECT_THAT(result.message, HasSubstr(std::to_string(std::chrono::milliseconds::max().count()) + " ms"));
+  EXPECT_EQ(dbsize(), 0);
+}
+
+// AcquireOptions::wait = max is "retry until acquired", not a deadline that wrapped into the
+// past: the acquire outlasts the other holder's 300 ms lease.
+TEST_F(CallValidation, AcquireWaitMaxKeepsRetrying) {
+  server_.command({"SET", "redlock:res", "someone-else", "PX", "300"});
+  AcquireOptions forever;
+  forever.wait = std::chrono::milliseconds::max();
+  forever.retry_count = -1;
+  const Result result = client_->acquire("res", forever);
+  EXPECT_EQ(result.outcome, Outcome::acquired) << redlock::format_result(result);
+  EXPECT_GT(result.attempts, 1);
+  if (result) client_->release(*result.lock);
 }
 
 TEST_F(CallValidation, ReleaseDefaultLock) {

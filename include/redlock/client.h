@@ -42,10 +42,13 @@ class Client {
 
   // Cancels operations still in flight (their callbacks get Outcome::cancelled and any
   // partial grant is released, best effort) and closes the connections. Never throws.
-  // With the Client's own loop: joins the loop thread; must not be called from a callback.
+  // With the Client's own loop: joins the loop thread; must not be called from a callback
+  // (that would wait for itself: it prints why and aborts).
   // With a caller's loop: must be called on that loop's thread (or while it is not
-  // running); the caller must run the loop afterwards until it has no handles left, which
-  // frees the last sockets.
+  // running), before the loop has ever run included; the caller must run the loop
+  // afterwards until it has no handles left, which frees the last sockets. Deleting the
+  // Client inside one of its own completion callbacks is allowed there: it shuts down at
+  // once and its memory is freed on the loop's next iteration.
   ~Client();
 
   Client(const Client&) = delete;

@@ -36,14 +36,16 @@ class Mutex {
   void lock();
   // One attempt, no retries. Blocks for at most about one command deadline.
   bool try_lock();
-  // Retries until acquired or the time is up.
+  // Retries until acquired or the time is up. A timeout too long to represent in
+  // milliseconds (hours::max(), 1000 years) means "no time limit", never "already over".
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return try_lock_within(std::chrono::ceil<Milliseconds>(timeout));
+    return try_lock_within(saturating_ms(timeout));
   }
   template <class ClockT, class Duration>
   bool try_lock_until(const std::chrono::time_point<ClockT, Duration>& deadline) {
-    return try_lock_within(std::chrono::ceil<Milliseconds>(deadline - ClockT::now()));
+    using Ms = std::chrono::duration<long double, std::milli>;  // no common type to overflow in
+    return try_lock_within(saturating_ms(Ms(deadline.time_since_epoch()) - Ms(ClockT::now().time_since_epoch())));
   }
   // Releases on every master. Never throws; see last_result().
   void unlock() noexcept;
@@ -71,6 +73,15 @@ class Mutex {
   // condition variable rather than std::timed_mutex: ThreadSanitizer does not see
   // pthread_mutex_clocklock, which timed_mutex::try_lock_until uses.
   bool gate_lock_until(std::optional<std::chrono::steady_clock::time_point> deadline);
+  // `d` rounded up to whole milliseconds, clamped to [0, Milliseconds::max()]: converted
+  // through floating point, so no duration type overflows on the way.
+  template <class Rep, class Period>
+  static Milliseconds saturating_ms(const std::chrono::duration<Rep, Period>& d) {
+    const std::chrono::duration<long double, std::milli> ms = d;
+    if (!(ms.count() > 0)) return Milliseconds{0};
+    if (ms.count() >= static_cast<long double>(Milliseconds::max().count())) return Milliseconds::max();
+    return std::chrono::ceil<Milliseconds>(ms);
+  }
   void gate_unlock();
   std::mutex gate_mutex_;
   std::condition_variable gate_released_;

@@ -38,6 +38,14 @@ struct Endpoint {
 
   // "host:port" or "host:port/db": what results and logs show. Never the password.
   [[nodiscard]] std::string display() const;
+
+  // `text` (e.g. a server's error reply) with this endpoint's password masked as "***":
+  // every occurrence, and every run of 4 or more characters that starts the password (a
+  // server may echo a truncated argument, as Redis does for an unknown command).
+  [[nodiscard]] std::string redact(std::string_view text) const;
+
+  // `uri` with its password replaced by "***", for messages about a URI that may not parse.
+  [[nodiscard]] static std::string mask_uri(std::string_view uri);
 };
 
 struct ClientOptions {
@@ -89,10 +97,14 @@ struct ClientOptions {
   // Restart guard. A master restarted without persistence has forgotten its keys, so for
   // one max_lock_ttl after it (re)starts its grants are not votes: it still receives SET and
   // release, but its OK counts as `not_counted`. The Client reads INFO server (run_id,
-  // uptime_in_seconds) on every (re)connect. A run_id change also removes that master's vote
-  // from every lock this Client holds; a lock left below quorum reports Lock::lost().
-  // Turn it off only when every master keeps keys across restarts (appendonly yes with
-  // appendfsync always): then a restart loses nothing and the wait only costs availability.
+  // uptime_in_seconds) and CONFIG GET appendonly/appendfsync on every (re)connect. Its age is
+  // uptime - 1 s (Redis rounds uptime up by up to 1 s); once this Client has seen a master's
+  // run_id change, the age counts from that moment on the Client's own clock, so a wall-clock
+  // step on the master cannot make it look old (a first contact can only trust uptime).
+  // A run_id change also removes that master's vote from every lock this Client holds; a lock
+  // left below quorum reports Lock::lost(). A durable master (appendonly yes with appendfsync
+  // always, as CONFIG GET reports it) loses nothing on restart: it is counted at once and keeps
+  // its votes. Two masters that are the same server (same run_id) give one vote, guard on or off.
   // Default on.
   bool restart_guard = true;
   // The longest ttl any lock of this Client uses. 0 (default): ttl rounded up to whole
@@ -143,5 +155,8 @@ struct AcquireOptions {
 inline constexpr std::size_t kMaxResourceSize = 1024;
 // Largest key prefix accepted, in bytes.
 inline constexpr std::size_t kMaxKeyPrefixSize = 256;
+// Longest ttl, timeout or delay accepted in ClientOptions and AcquireOptions::ttl: 365 days.
+// (AcquireOptions::wait and Mutex::try_lock_for may be longer: they saturate to "no limit".)
+inline constexpr Milliseconds kMaxDuration{365LL * 24 * 3600 * 1000};
 
 }  // namespace redlock

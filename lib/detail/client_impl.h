@@ -48,12 +48,28 @@ struct Operation {
   std::uint64_t fence = 0;
 };
 
+// What one round sends: fixed when the round is created. (The operation's token changes
+// with every attempt; a round answered late, e.g. a NOSCRIPT, must encode its own.)
+struct RoundArgs {
+  std::string key;
+  std::string token;
+  Milliseconds ttl{0};
+  std::uint64_t fence = 0;  // fence round: the token to raise the counters to
+  bool fencing = false;     // acquire: the fenced (scripted) variant
+};
+
 // What this Client knows about one master across reconnects.
 struct MasterView {
   std::string run_id;           // of the last connection that completed its handshake
   std::uint32_t epoch = 0;      // bumps whenever run_id changes; 0 = never connected
+  std::uint64_t epoch_seen_ns = 0;  // now_ns() when this Client first saw this run_id
+  // The latest instant this incarnation can have started (now_ns()): from uptime, and once
+  // this Client has seen the run_id change, never before it saw the new one. Only moves later.
+  std::uint64_t started_ns = 0;
+  bool durable = false;         // this incarnation: appendonly yes + appendfsync always
   bool fence_ready = false;     // fencing counter caught up for this epoch
   bool catch_up_running = false;
+  bool twin_warned = false;     // warned that another configured master is this same server
 };
 
 class ClientImpl {
@@ -69,24 +85,43 @@ class ClientImpl {
   // Loop thread.
   void begin(const std::shared_ptr<Operation>& op);
   void send_round(const std::shared_ptr<Operation>& op, RoundKind kind);
-  std::string encode(RoundKind kind, const Operation& op, bool use_eval) const;
+  std::string encode(RoundKind kind, const RoundArgs& args, bool use_eval) const;
   void decide(Round& round);
   void grant(const std::shared_ptr<Operation>& op, std::chrono::steady_clock::time_point started, Result result,
              std::shared_ptr<LockState> state);
   void fail_attempt(const std::shared_ptr<Operation>& op, Result result);
   void finish(const std::shared_ptr<Operation>& op, Result result);
+  // Runs a user callback; its exceptions stop here. While it runs, deleting the Client
+  // defers freeing this object (see destroy_from_callback).
+  void call_back(const Callback& done, Result result) noexcept;
+  // On the loop thread, inside one of this Client's callbacks.
+  [[nodiscard]] bool inside_callback() const noexcept;
+  // ~Client inside a callback on a caller's loop: shut down now, free on the loop's next
+  // iteration, when no frame of this Client is on the stack any more.
+  static void destroy_from_callback(std::unique_ptr<ClientImpl> impl);
   void release_in_background(const std::string& key, const std::string& token);
   void cancel(OperationId id);
   void shutdown();
 
   // Restart guard and fencing: why master `index`'s grant is not a vote, if it is not.
   std::optional<std::string> not_counted(std::uint32_t index, bool fenced) const;
+  // Which rule counted a grant the age rule alone would not have (a durable master), if any.
+  std::optional<std::string> counted_because(std::uint32_t index) const;
+  // Two configured masters that reach one server (the same run_id): one vote between them.
+  bool same_server(std::uint32_t a, std::uint32_t b) const;
   void on_master_ready(std::uint32_t index);
   void forget_votes_of(std::uint32_t index);
+  void carry_votes_of(std::uint32_t index, std::uint32_t previous_epoch);
   void remember(const std::shared_ptr<LockState>& state);
   void catch_up(std::uint32_t index);
   void warn(const std::string& message) const;
+  // Text from or about a master as results and warnings may show it: every configured
+  // password masked (a server may echo one back), at most kMaxShownText bytes.
+  std::string shown(std::string_view text) const;
+  static constexpr std::size_t kMaxShownText = 1024;
 
+  // First, so it is destroyed last: every Connection and timer refers to it.
+  std::unique_ptr<EventLoop> loop_;
   ClientOptions options_;
   std::vector<Endpoint> endpoints_;
   std::vector<std::string> names_;
@@ -108,14 +143,14 @@ class ClientImpl {
   std::size_t live_locks_sweep_at_ = 1024;
   std::minstd_rand jitter_rng_{std::random_device{}()};
   bool shutting_down_ = false;
-
-  std::unique_ptr<EventLoop> loop_;  // last: its thread must not outlive the members above
+  bool shut_down_ = false;
+  int callbacks_running_ = 0;  // user callbacks on the stack (a Client may be deleted in one)
 };
 
 // One round: one command to each master, the votes, and the deadline.
 class Round final : public ReplySink, public std::enable_shared_from_this<Round> {
  public:
-  Round(ClientImpl& impl, std::shared_ptr<Operation> op, RoundKind kind);
+  Round(ClientImpl& impl, std::shared_ptr<Operation> op, RoundKind kind, RoundArgs args);
 
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) override;
   void record(std::uint32_t index, MasterStatus status, std::string error);
@@ -127,6 +162,7 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   // op -> round link is cut when the operation finishes or retries, so no cycle outlives it.
   std::shared_ptr<Operation> op_;
   const RoundKind kind_;
+  const RoundArgs args_;
   Tally tally_;
   std::vector<MasterResult> masters_;
   std::vector<long long> values_;  // fenced acquire: each master's counter after INCR
@@ -139,6 +175,8 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
 
  private:
   MasterStatus classify(std::uint32_t index, const redisReply* reply, std::string& error);
+  // Whether another configured master that is the same server already voted in this round.
+  bool twin_voted(std::uint32_t index) const;
   void resend_with_eval(std::uint32_t index);
 };
 

@@ -56,10 +56,20 @@ class Connection {
   // What the handshake learned about the server (INFO server, CONFIG GET), for the restart
   // guard and the fencing counter. Replaced on every connect.
   struct ServerInfo {
-    std::string run_id;           // empty if INFO failed (see error)
-    std::uint64_t started_ns = 0;  // now_ns() at connect minus uptime_in_seconds
-    std::string maxmemory_policy;  // empty if CONFIG GET was refused
-    std::string error;             // why run_id is unknown
+    std::string run_id;  // empty if INFO failed (see error)
+    // The latest instant the server can have started, on now_ns(): when INFO was read minus
+    // (uptime_in_seconds - 1). Redis derives uptime from whole wall-clock seconds, so it
+    // over-reports by up to 1 s; and it trusts the server's wall clock (see restart_guard.cpp).
+    std::uint64_t started_ns = 0;
+    // CONFIG GET results; empty where the server (or an ACL) refused CONFIG GET.
+    std::string maxmemory_policy;
+    std::string appendonly;   // "yes" / "no"
+    std::string appendfsync;  // "always" / "everysec" / "no"
+    std::string error;        // why run_id is unknown
+
+    // Loses no acknowledged write on restart: every write is in the AOF, fsynced before
+    // the reply. Only what CONFIG GET said; unknown counts as not durable.
+    [[nodiscard]] bool durable() const noexcept { return appendonly == "yes" && appendfsync == "always"; }
   };
 
   Connection(EventLoop& loop, ConnectionOptions options);
@@ -105,7 +115,7 @@ class Connection {
     must_succeed,    // AUTH, SELECT: an error reply fails the connection
     may_fail,        // SCRIPT LOAD: the reply is not checked
     server_info,     // INFO server: run_id, uptime_in_seconds
-    memory_policy,   // CONFIG GET maxmemory-policy
+    config_get,      // CONFIG GET <one parameter>: maxmemory-policy, appendonly, appendfsync
   };
   struct Pending {
     std::shared_ptr<ReplySink> sink;  // null for handshake steps

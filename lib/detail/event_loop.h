@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -23,9 +24,34 @@ namespace redlock::detail {
 // Monotonic nanoseconds, the time base of every deadline on the loop (uv_hrtime).
 inline std::uint64_t now_ns() noexcept { return uv_hrtime(); }
 
-// A (non-negative) millisecond duration in the nanoseconds of now_ns().
+// A millisecond duration in the nanoseconds of now_ns(): negative is 0, and a duration too
+// long to express (milliseconds::max(), "wait forever") saturates instead of wrapping.
 inline std::uint64_t to_ns(std::chrono::milliseconds value) noexcept {
-  return value.count() > 0 ? static_cast<std::uint64_t>(value.count()) * 1'000'000u : 0;
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  if (value.count() <= 0) return 0;
+  const auto ms = static_cast<std::uint64_t>(value.count());
+  return ms > kMax / 1'000'000u ? kMax : ms * 1'000'000u;
+}
+
+// `at + delay` in now_ns() time, saturating: a deadline that far away is "never".
+inline std::uint64_t deadline_after(std::uint64_t at, std::uint64_t delay_ns) noexcept {
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  return delay_ns > kMax - at ? kMax : at + delay_ns;
+}
+inline std::uint64_t deadline_after(std::uint64_t at, std::chrono::milliseconds delay) noexcept {
+  return deadline_after(at, to_ns(delay));
+}
+
+// now + delay on steady_clock, saturating at time_point::max() (which callers read as
+// "no deadline"): a caller's "wait forever" must not wrap into "already over".
+inline std::chrono::steady_clock::time_point steady_deadline_after(std::chrono::milliseconds delay) noexcept {
+  using Clock = std::chrono::steady_clock;
+  const auto now = Clock::now();
+  if (delay.count() <= 0) return now;
+  if (delay >= std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now)) {
+    return Clock::time_point::max();
+  }
+  return now + delay;
 }
 
 class EventLoop {
@@ -51,7 +77,7 @@ class EventLoop {
   // Loop thread only. Runs `task` once now_ns() >= deadline. Ids are never reused.
   TimerId schedule_at(std::uint64_t deadline_ns, Task task);
   TimerId schedule_after(std::chrono::milliseconds delay, Task task) {
-    return schedule_at(now_ns() + to_ns(delay), std::move(task));
+    return schedule_at(deadline_after(now_ns(), delay), std::move(task));
   }
   void cancel(TimerId id) noexcept;
 
