@@ -21,7 +21,13 @@ std::string masked(std::string_view uri) {
 }
 
 [[noreturn]] void bad(std::string_view uri, const std::string& why) {
-  throw ConfigError("master URI '" + masked(uri) + "': " + why);
+  std::string message = "master URI '" + masked(uri) + "': " + why;
+  // what() is a C string: a NUL from the URI would cut the reason off. Nor should a message
+  // carry terminal escapes. Control bytes are shown as '?'.
+  for (char& c : message) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  throw ConfigError(message);
 }
 
 int hex_value(char c) {
