@@ -50,17 +50,23 @@ using redlock::detail::RoundKind;
 // A reply tree as text, to compare with hiredis alone: "+OK", ":5", "$foo", "nil", "[a,b]".
 std::string show(const redisReply& reply) {
   switch (reply.type) {
-    case REDIS_REPLY_STATUS: return "+" + std::string(reply.str, reply.len);
-    case REDIS_REPLY_ERROR: return "-" + std::string(reply.str, reply.len);
-    case REDIS_REPLY_STRING: return "$" + std::string(reply.str, reply.len);
-    case REDIS_REPLY_INTEGER: return ":" + std::to_string(reply.integer);
-    case REDIS_REPLY_NIL: return "nil";
+    case REDIS_REPLY_STATUS:
+      return "+" + std::string(reply.str, reply.len);
+    case REDIS_REPLY_ERROR:
+      return "-" + std::string(reply.str, reply.len);
+    case REDIS_REPLY_STRING:
+      return "$" + std::string(reply.str, reply.len);
+    case REDIS_REPLY_INTEGER:
+      return ":" + std::to_string(reply.integer);
+    case REDIS_REPLY_NIL:
+      return "nil";
     case REDIS_REPLY_ARRAY: {
       std::string text = "[";
       for (std::size_t i = 0; i < reply.elements; ++i) text += (i ? "," : "") + show(*reply.element[i]);
       return text + "]";
     }
-    default: return "?" + std::to_string(reply.type);
+    default:
+      return "?" + std::to_string(reply.type);
   }
 }
 
@@ -87,7 +93,8 @@ void check_vote(const redisReply& reply, RoundKind kind, bool fencing, std::uint
   }
   FUZZ_CHECK((vote.status == MasterStatus::server_error) == !vote.error.empty(),
              "an error status must name its reason, and only an error status has one");
-  if (reply.type == REDIS_REPLY_ERROR) FUZZ_CHECK(vote.status == MasterStatus::server_error, "error reply not an error");
+  if (reply.type == REDIS_REPLY_ERROR)
+    FUZZ_CHECK(vote.status == MasterStatus::server_error, "error reply not an error");
   if (vote.status != MasterStatus::server_error) {
     FUZZ_CHECK(reply.type == REDIS_REPLY_STATUS || reply.type == REDIS_REPLY_INTEGER || reply.type == REDIS_REPLY_NIL,
                "a string or an array counted as an answer");
@@ -98,9 +105,9 @@ void check_vote(const redisReply& reply, RoundKind kind, bool fencing, std::uint
                  "fenced grant without a positive counter");
     }
     if (kind == RoundKind::fence) {
-      FUZZ_CHECK(reply.type == REDIS_REPLY_INTEGER && reply.integer >= 0 &&
-                     static_cast<std::uint64_t>(reply.integer) >= fence,
-                 "fence acknowledged below the token");
+      FUZZ_CHECK(
+          reply.type == REDIS_REPLY_INTEGER && reply.integer >= 0 && static_cast<std::uint64_t>(reply.integer) >= fence,
+          "fence acknowledged below the token");
     }
   }
 }
@@ -170,8 +177,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::size_t cap = limits.max_reply_bytes;
   std::vector<std::string> replies;
   std::uint64_t fed = 0;
-  std::uint64_t reply_end = 0;        // stream offset where the last complete reply ended
-  std::uint64_t wasted_scan = 0;      // bytes handed to hiredis by asks that got nothing
+  std::uint64_t reply_end = 0;    // stream offset where the last complete reply ended
+  std::uint64_t wasted_scan = 0;  // bytes handed to hiredis by asks that got nothing
   bool refused = false;
   std::size_t at = 0;
   while (at < stream.size() && !refused) {

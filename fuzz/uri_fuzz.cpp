@@ -42,7 +42,9 @@ std::string printable(std::string_view text) {
 }
 
 // What redact() must hide: the password, or any run of 4+ characters that starts it.
-std::string_view telltale(std::string_view password) { return password.substr(0, std::min<std::size_t>(4, password.size())); }
+std::string_view telltale(std::string_view password) {
+  return password.substr(0, std::min<std::size_t>(4, password.size()));
+}
 
 void check_redact(const Endpoint& ep, std::string_view text) {
   const std::string out = ep.redact(text);
