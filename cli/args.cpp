@@ -52,12 +52,10 @@ bool to_milliseconds(std::string_view text, long long& out, bool& too_large) {
   constexpr long long kMax = 366LL * 24 * 3600 * 1000;  // a year: far beyond any sane lease
   std::size_t i = 0;
   long long whole = 0;
+  bool huge = false;  // more digits than a year has ms: "too large" only if the rest is valid
   while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-    if (whole > kMax) {
-      too_large = true;
-      return false;
-    }
-    whole = whole * 10 + (text[i] - '0');
+    if (whole > kMax) huge = true;
+    if (!huge) whole = whole * 10 + (text[i] - '0');
     ++i;
   }
   if (i == 0) return false;
@@ -87,7 +85,7 @@ bool to_milliseconds(std::string_view text, long long& out, bool& too_large) {
   } else {
     return false;
   }
-  if (whole > kMax / multiplier) {
+  if (huge || whole > kMax / multiplier) {
     too_large = true;
     return false;
   }

@@ -64,7 +64,13 @@ std::string masked(std::string_view uri) {
     suspect.password = std::string(uri.substr(hidden));
     reason = suspect.redact(reason) + " (what follows ':' is hidden: it may be a password)";
   }
-  throw ConfigError("master URI '" + masked(uri) + "': " + reason);
+  std::string message = "master URI '" + masked(uri) + "': " + reason;
+  // what() is a C string: a NUL from the URI would cut the reason off. Nor should a message
+  // carry terminal escapes. Control bytes are shown as '?'.
+  for (char& c : message) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  throw ConfigError(message);
 }
 
 int hex_value(char c) {

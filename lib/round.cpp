@@ -33,6 +33,40 @@ std::string describe_unexpected(const redisReply* reply) {
 
 }  // namespace
 
+ReplyVote classify_reply(RoundKind kind, bool fencing, std::uint64_t fence, const redisReply& reply) {
+  ReplyVote vote;
+  if (reply.type == REDIS_REPLY_ERROR) {
+    // A row with server_error must say what went wrong, even when the master said nothing.
+    vote.error = reply.len > 0 ? std::string(reply.str, reply.len) : std::string("empty error reply");
+    return vote;
+  }
+  const bool fenced_acquire = kind == RoundKind::acquire && fencing;
+  if (kind == RoundKind::acquire && !fenced_acquire) {
+    if (reply.type == REDIS_REPLY_STATUS && reply.len == 2 && starts_with(&reply, "OK")) {
+      vote.status = MasterStatus::ok;
+    } else if (reply.type == REDIS_REPLY_NIL) {
+      vote.status = MasterStatus::held_by_other;
+    }
+  } else if (fenced_acquire) {
+    if (reply.type == REDIS_REPLY_INTEGER && reply.integer > 0) {
+      vote.status = MasterStatus::ok;
+      vote.counter = reply.integer;
+    } else if (reply.type == REDIS_REPLY_NIL) {
+      vote.status = MasterStatus::held_by_other;
+    }
+  } else if (kind == RoundKind::fence) {
+    if (reply.type == REDIS_REPLY_INTEGER && reply.integer >= 0 && static_cast<std::uint64_t>(reply.integer) >= fence) {
+      vote.status = MasterStatus::ok;
+    }
+  } else if (reply.type == REDIS_REPLY_INTEGER && reply.integer >= -1 && reply.integer <= 1) {
+    static constexpr MasterStatus kByValue[] = {MasterStatus::held_by_other, MasterStatus::not_found,
+                                                MasterStatus::ok};
+    vote.status = kByValue[reply.integer + 1];
+  }
+  if (vote.status == MasterStatus::server_error) vote.error = describe_unexpected(&reply);
+  return vote;
+}
+
 Round::Round(ClientImpl& impl, std::shared_ptr<Operation> op, RoundKind kind, RoundArgs args)
     : impl_(impl), op_(std::move(op)), kind_(kind), args_(std::move(args)), tally_{kind, impl.size_} {
   masters_.resize(impl.size_);
@@ -88,40 +122,14 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
 // What one reply means for this round's kind. A grant from a master the restart guard (or
 // the fencing catch-up) does not count yet is `not_counted`.
 MasterStatus Round::classify(std::uint32_t index, const redisReply* reply, std::string& error) {
-  if (reply->type == REDIS_REPLY_ERROR) {
-    error.assign(reply->str, reply->len);
-    return MasterStatus::server_error;
+  ReplyVote vote = classify_reply(kind_, args_.fencing, args_.fence, *reply);
+  if (vote.status == MasterStatus::ok && kind_ == RoundKind::acquire && args_.fencing) {
+    values_[index] = vote.counter;
   }
-  MasterStatus status = MasterStatus::server_error;
-  const bool fenced_acquire = kind_ == RoundKind::acquire && args_.fencing;
-  if (kind_ == RoundKind::acquire && !fenced_acquire) {
-    if (reply->type == REDIS_REPLY_STATUS && reply->len == 2 && starts_with(reply, "OK")) {
-      status = MasterStatus::ok;
-    } else if (reply->type == REDIS_REPLY_NIL) {
-      status = MasterStatus::held_by_other;
-    }
-  } else if (fenced_acquire) {
-    if (reply->type == REDIS_REPLY_INTEGER && reply->integer > 0) {
-      status = MasterStatus::ok;
-      values_[index] = reply->integer;
-    } else if (reply->type == REDIS_REPLY_NIL) {
-      status = MasterStatus::held_by_other;
-    }
-  } else if (kind_ == RoundKind::fence) {
-    if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= 0 &&
-        static_cast<std::uint64_t>(reply->integer) >= args_.fence) {
-      status = MasterStatus::ok;
-    }
-  } else if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= -1 && reply->integer <= 1) {
-    static constexpr MasterStatus kByValue[] = {MasterStatus::held_by_other, MasterStatus::not_found,
-                                                MasterStatus::ok};
-    status = kByValue[reply->integer + 1];
+  if (vote.status != MasterStatus::ok || kind_ == RoundKind::release) {
+    error = std::move(vote.error);
+    return vote.status;
   }
-  if (status == MasterStatus::server_error) {
-    error = describe_unexpected(reply);
-    return status;
-  }
-  if (status != MasterStatus::ok || kind_ == RoundKind::release) return status;
 
   // A grant (acquire, extend, fence): is it a vote?
   if (auto why = impl_.not_counted(index, op_->fencing)) {

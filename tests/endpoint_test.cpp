@@ -244,6 +244,19 @@ TEST(EndpointParseError, BadPercentEscape) {
   EXPECT_THAT(parse_error("redis://u%g1:p@h"), HasSubstr("user"));
 }
 
+// Found by fuzz/uri_fuzz.cpp: what() is a C string, so a NUL byte in the URI cut the message
+// short before its reason ("master URI 'redis://h:1" and nothing more). Control bytes are
+// shown as '?', so the message says what is wrong and cannot carry terminal escapes.
+TEST(EndpointParseError, ControlBytesInTheUriDoNotHideTheReason) {
+  using namespace std::string_literals;
+  const std::string nul = parse_error("redis://h:1\0"s);
+  EXPECT_THAT(nul, HasSubstr("port '1?' is not a number"));
+  EXPECT_THAT(parse_error("redis://h\0x/1\0"s), HasSubstr("database '1?'"));
+  const std::string escape = parse_error("redis://h:\x1b[31m");
+  EXPECT_THAT(escape, HasSubstr("'?[31m' is not a number"));
+  EXPECT_THAT(escape, Not(HasSubstr("\x1b")));
+}
+
 // ---------------------------------------------------------------------------------------
 // No password in error messages
 

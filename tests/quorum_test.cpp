@@ -1,13 +1,18 @@
-// Tests for the I/O-free vote counting of one round (redlock::detail::Tally), quorum_of and
-// the drift allowance drift_for, as documented in lib/detail/quorum.h.
+// Tests for the I/O-free vote counting of one round (redlock::detail::Tally), quorum_of,
+// the drift allowance drift_for and what one reply says (classify_reply), as documented in
+// lib/detail/quorum.h.
 #include "detail/quorum.h"
 
 #include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/read.h>
 
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "redlock/result.h"
@@ -18,6 +23,7 @@ using namespace std::chrono_literals;
 using redlock::MasterStatus;
 using redlock::Outcome;
 using redlock::detail::drift_for;
+using redlock::detail::classify_reply;
 using redlock::detail::quorum_of;
 using redlock::detail::RoundKind;
 using redlock::detail::Tally;
@@ -393,6 +399,60 @@ TEST(DriftFor, NeverBelowTheFormulaAndAtMostOneMicrosecondAbove) {
         ADD_FAILURE() << "drift_for(" << ttl << "ms, " << factor << ", 2ms) = " << got << "us, exact " << exact;
         return;
       }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// classify_reply
+
+// One reply, as hiredis parses `bytes`.
+std::unique_ptr<redisReply, void (*)(void*)> reply_of(std::string_view bytes) {
+  redisReader* reader = redisReaderCreate();
+  redisReaderFeed(reader, bytes.data(), bytes.size());
+  void* raw = nullptr;
+  const int rc = redisReaderGetReply(reader, &raw);
+  redisReaderFree(reader);
+  EXPECT_EQ(rc, REDIS_OK);
+  EXPECT_NE(raw, nullptr) << bytes;
+  return {static_cast<redisReply*>(raw), &freeReplyObject};
+}
+
+TEST(ClassifyReply, WhatEachKindCountsAsAnAnswer) {
+  EXPECT_EQ(classify_reply(RoundKind::acquire, false, 0, *reply_of("+OK\r\n")).status, MasterStatus::ok);
+  EXPECT_EQ(classify_reply(RoundKind::acquire, false, 0, *reply_of("$-1\r\n")).status, MasterStatus::held_by_other);
+  const auto fenced = classify_reply(RoundKind::acquire, true, 0, *reply_of(":42\r\n"));
+  EXPECT_EQ(fenced.status, MasterStatus::ok);
+  EXPECT_EQ(fenced.counter, 42);
+  for (const RoundKind kind : {RoundKind::extend, RoundKind::release}) {
+    EXPECT_EQ(classify_reply(kind, false, 0, *reply_of(":1\r\n")).status, MasterStatus::ok);
+    EXPECT_EQ(classify_reply(kind, false, 0, *reply_of(":0\r\n")).status, MasterStatus::not_found);
+    EXPECT_EQ(classify_reply(kind, false, 0, *reply_of(":-1\r\n")).status, MasterStatus::held_by_other);
+  }
+  EXPECT_EQ(classify_reply(RoundKind::fence, false, 7, *reply_of(":7\r\n")).status, MasterStatus::ok);
+  EXPECT_EQ(classify_reply(RoundKind::fence, false, 7, *reply_of(":6\r\n")).status, MasterStatus::server_error);
+}
+
+TEST(ClassifyReply, AnythingElseIsAnErrorThatSaysWhat) {
+  for (const RoundKind kind : {RoundKind::acquire, RoundKind::extend, RoundKind::release, RoundKind::fence}) {
+    SCOPED_TRACE(name(kind));
+    const auto error = classify_reply(kind, false, 0, *reply_of("-WRONGTYPE wrong kind of value\r\n"));
+    EXPECT_EQ(error.status, MasterStatus::server_error);
+    EXPECT_EQ(error.error, "WRONGTYPE wrong kind of value");
+    const auto odd = classify_reply(kind, false, 0, *reply_of("*1\r\n:1\r\n"));
+    EXPECT_EQ(odd.status, MasterStatus::server_error);
+    EXPECT_EQ(odd.error, "unexpected array reply");
+  }
+}
+
+// Found by fuzz/reply_fuzz.cpp: a master that answers "-\r\n" (an error reply with no text)
+// gave a server_error row with an empty error, so the result did not say what went wrong.
+TEST(ClassifyReply, EmptyErrorReplyStillNamesAReason) {
+  for (const RoundKind kind : {RoundKind::acquire, RoundKind::extend, RoundKind::release, RoundKind::fence}) {
+    for (const bool fencing : {false, true}) {
+      const auto vote = classify_reply(kind, fencing, 0, *reply_of("-\r\n"));
+      EXPECT_EQ(vote.status, MasterStatus::server_error) << name(kind);
+      EXPECT_EQ(vote.error, "empty error reply") << name(kind);
     }
   }
 }
