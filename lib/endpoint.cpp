@@ -154,6 +154,9 @@ Endpoint Endpoint::parse(std::string_view uri) {
     }
   }
   if (ep.host.empty()) bad(uri, "no host");
+  for (const char c : ep.host) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) bad(uri, "the host has a space or a control byte");
+  }
 
   if (!port_text.empty()) {
     long port = 0;
