@@ -76,7 +76,13 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
     return;
   }
   if (reply == nullptr) {
-    record(index, MasterStatus::not_connected, std::string(failure));
+    // Queued before the handshake, then refused by the permission check: never sent.
+    const bool fenced = kind_ == RoundKind::fence || (kind_ == RoundKind::acquire && args_.fencing);
+    if (auto why = impl_.not_permitted(index, fenced)) {
+      record(index, MasterStatus::not_permitted, std::move(*why));
+    } else {
+      record(index, MasterStatus::not_connected, std::string(failure));
+    }
   } else {
     std::string error;
     const MasterStatus status = classify(index, reply, error);
