@@ -37,22 +37,21 @@ void deny(std::string& into, const std::string& what, const std::string& server_
 
 bool is_error(const redisReply& reply) { return reply.type == REDIS_REPLY_ERROR; }
 
-bool is_noscript(const redisReply& reply) {
-  return is_error(reply) && reply.len >= 8 && std::string_view(reply.str, 8) == "NOSCRIPT";
+// Only what the ACL refused makes a master not_permitted. Other errors (READONLY on a
+// replica, OOM, NOAUTH without a password, LOADING...) are the server's state, not this
+// user's rights: the rounds meet them too and report them as server_error, as before.
+bool is_denial(const redisReply& reply) {
+  if (!is_error(reply)) return false;
+  const std::string_view text(reply.str, reply.len);
+  return text.starts_with("NOPERM") || text.find("can't run this command") != std::string_view::npos;
 }
 
-// A step of the probe that must answer `expected` (an integer 1 for the scripts, +OK for SET).
-HandshakeStep expect(std::string encoded, std::string what, bool want_ok_status) {
-  return {std::move(encoded), [what = std::move(what), want_ok_status](const redisReply& reply, ServerInfo& info) {
-            const bool good = want_ok_status
-                                  ? reply.type == REDIS_REPLY_STATUS && std::string_view(reply.str, reply.len) == "OK"
-                                  : reply.type == REDIS_REPLY_INTEGER && reply.integer == 1;
-            if (good) return;
-            // After a refused SCRIPT LOAD every EVALSHA says NOSCRIPT: the load names the cause.
-            if (is_noscript(reply) && !info.not_permitted.empty()) return;
-            // A refusal explains the next steps' odd replies (no key to extend or release).
-            if (!is_error(reply) && !info.not_permitted.empty()) return;
-            deny(info.not_permitted, what, is_error(reply) ? text_of(reply) : "unexpected reply " + text_of(reply));
+// A step of the probe on the probe key: an ACL refusal is recorded with `what` it ran. Any
+// other reply that is not the expected one (+OK for SET, 1 for the scripts) follows from an
+// earlier step or from the server's state (see is_denial), and is left to the rounds.
+HandshakeStep step(std::string encoded, std::string what) {
+  return {std::move(encoded), [what = std::move(what)](const redisReply& reply, ServerInfo& info) {
+            if (is_denial(reply)) deny(info.not_permitted, what, text_of(reply));
           }};
 }
 
@@ -63,7 +62,7 @@ std::vector<HandshakeStep> ClientImpl::handshake_steps() const {
   for (const auto* script :
        {&release_script_, &extend_script_, &fenced_acquire_script_, &fence_raise_script_, &permission_check_script_}) {
     steps.push_back({script->load_command, [](const redisReply& reply, ServerInfo& info) {
-                       if (is_error(reply)) deny(info.not_permitted, "SCRIPT LOAD", text_of(reply));
+                       if (is_denial(reply)) deny(info.not_permitted, "SCRIPT LOAD", text_of(reply));
                      }});
   }
   const std::string token = make_token();
@@ -74,16 +73,14 @@ std::vector<HandshakeStep> ClientImpl::handshake_steps() const {
   const std::string fence_key = options_.fence_key;
   steps.push_back({encode_script_call(permission_check_script_, false, {key}, {value, fence_key}),
                    [prefix, fence_key](const redisReply& reply, ServerInfo& info) {
-                     if (is_error(reply)) {
-                       if (!is_noscript(reply) || info.not_permitted.empty()) {
-                         deny(info.not_permitted, "permission check on a probe key under the prefix '" + prefix + "'",
-                              text_of(reply));
-                       }
+                     if (is_denial(reply)) {
+                       deny(info.not_permitted, "permission check on a probe key under the prefix '" + prefix + "'",
+                            text_of(reply));
                        return;
                      }
+                     // NOSCRIPT after a refused SCRIPT LOAD (recorded there), or the server's state.
                      if (reply.type != REDIS_REPLY_ARRAY || reply.elements != 2 ||
                          reply.element[0]->type != REDIS_REPLY_STRING || reply.element[1]->type != REDIS_REPLY_STRING) {
-                       deny(info.not_permitted, "permission check", "unexpected reply " + text_of(reply));
                        return;
                      }
                      const std::string lock_missing(reply.element[0]->str, reply.element[0]->len);
@@ -97,11 +94,11 @@ std::vector<HandshakeStep> ClientImpl::handshake_steps() const {
                             "the ACL denies " + fence_missing + " on the fencing counter '" + fence_key + "'", {});
                      }
                    }});
-  steps.push_back(expect(encode_set_nx_px(key, value, kProbeTtlMs), "SET NX PX on a probe key under the prefix", true));
-  steps.push_back(expect(encode_script_call(extend_script_, false, {key}, {value, ttl}),
-                         "the extend script (GET, PEXPIRE inside)", false));
+  steps.push_back(step(encode_set_nx_px(key, value, kProbeTtlMs), "SET NX PX on a probe key under the prefix"));
   steps.push_back(
-      expect(encode_script_call(release_script_, false, {key}, {value}), "the release script (GET, DEL inside)", false));
+      step(encode_script_call(extend_script_, false, {key}, {value, ttl}), "the extend script (GET, PEXPIRE inside)"));
+  steps.push_back(
+      step(encode_script_call(release_script_, false, {key}, {value}), "the release script (GET, DEL inside)"));
   return steps;
 }
 

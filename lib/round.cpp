@@ -168,7 +168,14 @@ void Round::record(std::uint32_t index, MasterStatus status, std::string error) 
 }
 
 void Round::evaluate() {
-  if (!decided_ && tally_.verdict() != Verdict::undecided) impl_.decide(*this);
+  if (decided_ || tally_.verdict() == Verdict::undecided) return;
+  // The library's own release after a failed acquire has no caller waiting: it hears every
+  // master out (or its deadline), so that a refusal is warned about (warn_failed_release).
+  if (op_->internal && std::any_of(masters_.begin(), masters_.end(),
+                                   [](const MasterResult& m) { return m.status == MasterStatus::pending; })) {
+    return;
+  }
+  impl_.decide(*this);
 }
 
 void Round::on_deadline() {
