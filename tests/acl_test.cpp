@@ -3,6 +3,10 @@
 // run, inside the scripts included, must never be sent a lock's SET: it is not_permitted,
 // not counted, and its row names what is missing. The others decide the outcome.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
 
 #include <mutex>
 #include <thread>
@@ -290,6 +294,31 @@ TEST(AclTest, TheIssuesUserStrandsNoLock) {
   EXPECT_EQ(warnings.count_with("may not run the lock's commands"), 3u) << warnings.all();
   if (result.lock) client.release(*result.lock);
   EXPECT_EQ(with_key(masters.group, "redlock:ledger"), 0u) << format_result(result);
+}
+
+// The tool: when every master refuses the lock user's permissions, `redlock acquire` exits
+// 77 (EX_NOPERM, a configuration problem, not an outage) and prints no password.
+TEST(AclTest, TheToolExits77WhenNoMasterPermitsAndPrintsNoPassword) {
+  namespace fs = std::filesystem;
+  const fs::path tool = fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "cli" / "redlock";
+  if (!fs::exists(tool)) GTEST_SKIP() << "the redlock tool is not built: " << tool;
+  Masters masters(3);
+  for (std::size_t i = 0; i < 3; ++i) masters.set_user(i, documented_acl("+del"));
+  std::string command = tool.string() + " --no-restart-guard";
+  for (const auto& uri : masters.uris()) command += " -m " + uri;
+  command += " acquire ledger 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[4096];
+  while (const std::size_t got = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, got);
+  const int status = pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 77) << output;
+  EXPECT_NE(output.find("not_permitted"), std::string::npos) << output;
+  EXPECT_NE(output.find("DEL"), std::string::npos) << output;
+  EXPECT_EQ(output.find(kPassword), std::string::npos) << output;
+  EXPECT_EQ(with_key(masters.group, "redlock:ledger"), 0u);
 }
 
 }  // namespace
