@@ -40,6 +40,7 @@ Exit status (sysexits.h):
   73   EX_CANTCREAT    the lock is held by another owner (acquire, run)
   75   EX_TEMPFAIL     the lock was lost: extend refused, or (run) lost while the command
                        ran (its process group was stopped before the lock's deadline)
+  77   EX_NOPERM       every master refused the lock user's permissions (ACL; docs/permissions.md)
   126  run: the command is not executable;  127: the command was not found
 
 Examples:

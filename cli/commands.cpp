@@ -49,7 +49,7 @@ int acquire_command(const Settings& settings, const Output& out) {
   redlock::Client client(settings.client);
   warm_up(client);
   const redlock::Result result = client.acquire(settings.resource, settings.acquire);
-  const int code = exit_code_for(result.outcome);
+  const int code = exit_code_for(result);
   if (out.json()) {
     auto object = result_json(result, "acquire", settings.resource, settings.key);
     object["exit_code"] = code;
@@ -67,7 +67,7 @@ int release_command(const Settings& settings, const Output& out) {
   redlock::Client client(settings.client);
   warm_up(client);
   const redlock::Result result = client.release(vouched_lock(client, settings));
-  const int code = exit_code_for(result.outcome);
+  const int code = exit_code_for(result);
   if (out.json()) {
     auto object = result_json(result, "release", settings.resource, settings.key, settings.token);
     object["exit_code"] = code;
@@ -86,7 +86,7 @@ int extend_command(const Settings& settings, const Output& out) {
   redlock::Client client(settings.client);
   warm_up(client);
   const redlock::Result result = client.extend(vouched_lock(client, settings));
-  const int code = exit_code_for(result.outcome);
+  const int code = exit_code_for(result);
   if (out.json()) {
     auto object = result_json(result, "extend", settings.resource, settings.key, settings.token);
     object["exit_code"] = code;

@@ -14,6 +14,7 @@ inline constexpr int kExitSoftware = EX_SOFTWARE;      // 70: internal error
 inline constexpr int kExitOsError = EX_OSERR;          // 71: fork/signal setup failed
 inline constexpr int kExitTaken = EX_CANTCREAT;        // 73: the lock is held by another owner
 inline constexpr int kExitLost = EX_TEMPFAIL;          // 75: the lock was lost / expired
+inline constexpr int kExitNoPermission = EX_NOPERM;    // 77: the ACL user may not run the lock's commands
 inline constexpr int kExitCannotExecute = 126;         // run: the command is not executable
 inline constexpr int kExitNotFound = 127;              // run: the command was not found
 
@@ -36,6 +37,18 @@ inline constexpr int kExitNotFound = 127;              // run: the command was n
       return kExitUnavailable;
   }
   return kExitUnavailable;
+}
+
+// The exit status for a finished operation: as above, except that a failure decided by the
+// masters' permission check alone (every master that answered is not_permitted) is a
+// configuration problem, not an outage.
+[[nodiscard]] inline int exit_code_for(const redlock::Result& result) noexcept {
+  if (!result.ok() && result.count(redlock::MasterStatus::not_permitted) > 0 &&
+      result.count(redlock::MasterStatus::not_permitted) + result.count(redlock::MasterStatus::pending) ==
+          result.masters.size()) {
+    return kExitNoPermission;
+  }
+  return exit_code_for(result.outcome);
 }
 
 }  // namespace redlock_cli

@@ -444,7 +444,7 @@ std::optional<int> RunSession::acquire() {
     return code;
   }
   if (!acquired_.ok()) {
-    const int code = exit_code_for(acquired_.outcome);
+    const int code = exit_code_for(acquired_);
     if (out_.json()) {
       auto object = result_json(acquired_, "run", settings_.resource, settings_.key);
       object["exit_code"] = code;

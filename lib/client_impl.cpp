@@ -53,10 +53,6 @@ ClientImpl::ClientImpl(ClientOptions options) : options_(std::move(options)) {
   loop_->post([this] {
     // A Client on a caller's loop may be destroyed before that loop ever ran this task.
     if (shutting_down_) return;
-    std::string handshake;
-    for (const auto* script : {&release_script_, &extend_script_, &fenced_acquire_script_, &fence_raise_script_}) {
-      handshake += script->load_command;
-    }
     for (std::uint32_t i = 0; i < size_; ++i) {
       ConnectionOptions co;
       co.endpoint = endpoints_[i];
@@ -65,8 +61,7 @@ ClientImpl::ClientImpl(ClientOptions options) : options_(std::move(options)) {
       co.reconnect_max = options_.reconnect_max;
       co.stall_timeout = options_.stall_timeout;
       co.source_address = options_.source_address;
-      co.handshake_extra = handshake;
-      co.handshake_extra_count = 4;
+      co.handshake_steps = [this] { return handshake_steps(); };
       connections_.push_back(std::make_unique<Connection>(*loop_, std::move(co)));
       connections_.back()->on_ready = [this, i] { on_master_ready(i); };
       connections_.back()->start();
@@ -202,7 +197,17 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
     return;
   }
   const std::uint64_t late_after = deadline_after(round->start_ns_, options_.command_timeout);
+  // A master whose user may not run the lock paths is never sent a SET, an extend or a
+  // fenced acquire (a grant there could not be released). A release still goes: it can only
+  // remove our own token, and the ACL may allow it.
+  const bool fenced = kind == RoundKind::fence || (kind == RoundKind::acquire && op->fencing);
   for (std::uint32_t i = 0; i < size_; ++i) {
+    if (kind != RoundKind::release) {
+      if (auto why = not_permitted(i, fenced)) {
+        round->record(i, MasterStatus::not_permitted, std::move(*why));
+        continue;
+      }
+    }
     if (!connections_[i]->send(command, round, i, late_after)) {
       round->record(i, MasterStatus::not_connected, connections_[i]->last_error());
     }
@@ -236,6 +241,7 @@ void ClientImpl::decide(Round& round) {
   switch (round.kind_) {
     case RoundKind::release:
       if (success) result.outcome = Outcome::released;
+      if (op->internal) warn_failed_release(*op, result);
       finish(op, std::move(result));
       return;
     case RoundKind::extend:
@@ -324,7 +330,7 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
 void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result result) {
   // Released on every master, including those that timed out or have not answered: their
   // SET may still land, and this release is queued behind it on the same connection.
-  release_in_background(op->key, op->token);
+  release_in_background(op->key, op->token, op->ttl);
   const auto delay_ms = std::max<long long>(
       0, options_.retry_delay.count() + std::uniform_int_distribution<long long>(
                                             -options_.retry_jitter.count(), options_.retry_jitter.count())(jitter_rng_));
@@ -348,8 +354,21 @@ void ClientImpl::finish(const std::shared_ptr<Operation>& op, Result result) {
   call_back(op->done, std::move(result));
 }
 
-void ClientImpl::release_in_background(const std::string& key, const std::string& token) {
+// The release the library sends on its own after a failed or cancelled acquire has no
+// caller to read its rows: a master that refused it (NOPERM, READONLY, OOM...) keeps the key
+// until its ttl, and the next attempts there read held_by_other. Say so. (Timeouts and lost
+// connections are not repeated here: the acquire's own rows showed them.)
+void ClientImpl::warn_failed_release(const Operation& op, const Result& result) const {
+  for (const auto& master : result.masters) {
+    if (master.status != MasterStatus::server_error) continue;
+    warn("release of key '" + op.key + "' after a failed acquire was refused by master " + master.endpoint + ": " +
+         master.error + "; the key stays there until its ttl (" + std::to_string(op.ttl.count()) + " ms)");
+  }
+}
+
+void ClientImpl::release_in_background(const std::string& key, const std::string& token, Milliseconds ttl) {
   auto op = std::make_shared<Operation>();
+  op->ttl = ttl;  // only for the warning above
   op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
   op->kind = RoundKind::release;
   op->key = key;
@@ -375,7 +394,7 @@ void ClientImpl::cancel(OperationId id) {
     round.decided_ = true;
     if (round.deadline_timer_ != 0) loop_->cancel(std::exchange(round.deadline_timer_, 0));
     result.masters = std::move(round.masters_);
-    release_in_background(op->key, op->token);
+    release_in_background(op->key, op->token, op->ttl);
   }
   finish(op, std::move(result));
 }

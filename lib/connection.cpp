@@ -174,14 +174,15 @@ void Connection::on_connected(int status) {
     return;
   }
 
-  // The handshake goes in front of whatever was queued while connecting; everything is
-  // pipelined, so a queued command waits one write, not one round trip per handshake step.
+  // The handshake goes first. Everything is pipelined, so it costs one round trip however
+  // many steps it has; commands queued while connecting wait in held_ for that round trip,
+  // because the permission check must answer before a lock's SET may go out.
   std::string handshake;
   std::deque<Pending> handshake_pending;
   const auto now = now_ns();
-  const auto step = [&](std::string encoded, Step kind) {
+  const auto step = [&](std::string encoded, Step kind, std::uint32_t tag = 0) {
     handshake += encoded;
-    handshake_pending.push_back({nullptr, 0, now, kind});
+    handshake_pending.push_back({nullptr, tag, now, kind});
   };
   const Endpoint& ep = options_.endpoint;
   if (!ep.password.empty()) {
@@ -194,20 +195,15 @@ void Connection::on_connected(int status) {
   for (const char* parameter : {"maxmemory-policy", "appendonly", "appendfsync"}) {
     step(encode_command({"CONFIG", "GET", parameter}), Step::config_get);
   }
-  handshake += options_.handshake_extra;
-  for (std::size_t i = 0; i < options_.handshake_extra_count; ++i) {
-    handshake_pending.push_back({nullptr, 0, now, Step::may_fail});
-  }
+  steps_ = options_.handshake_steps ? options_.handshake_steps() : std::vector<HandshakeStep>{};
+  for (std::size_t i = 0; i < steps_.size(); ++i) step(steps_[i].encoded, Step::checked, static_cast<std::uint32_t>(i));
   handshake_left_ = handshake_pending.size();
-  out_.insert(0, handshake);
+  held_.insert(0, out_);  // (nothing is written while connecting)
+  out_ = std::move(handshake);
   pending_.insert(pending_.begin(), std::make_move_iterator(handshake_pending.begin()),
                   std::make_move_iterator(handshake_pending.end()));
   late_scan_ = 0;
-  if (handshake_left_ == 0) {
-    on_handshake_done();
-  } else {
-    state_ = State::handshaking;
-  }
+  state_ = State::handshaking;
   flush();
 }
 
@@ -215,8 +211,28 @@ void Connection::on_handshake_done() {
   state_ = State::ready;
   backoff_ = Milliseconds{0};
   last_error_.clear();
+  steps_.clear();
   if (connect_timer_ != 0) loop_.cancel(std::exchange(connect_timer_, 0));
+  const auto generation = generation_;
+  if (info_.not_permitted.empty()) {
+    // Before on_ready, which may send: the bytes must stay in pending_'s order.
+    out_ += held_;
+    held_.clear();
+  } else {
+    // This user may not run the lock paths here: what was queued for this master is never
+    // sent (it may hold a lock's SET). Every command still pending is one of those.
+    held_.clear();
+    std::deque<Pending> refused;
+    refused.swap(pending_);
+    late_scan_ = 0;
+    const std::string reason = "not permitted: " + info_.not_permitted;
+    for (auto& pending : refused) {
+      if (pending.sink) pending.sink->on_reply(pending.tag, nullptr, reason);
+    }
+    if (generation != generation_ || state_ != State::ready) return;  // a sink closed it
+  }
   if (on_ready) on_ready();
+  if (generation == generation_ && state_ == State::ready) flush();
 }
 
 namespace {
@@ -276,7 +292,11 @@ void Connection::deliver(Pending pending, const redisReply* reply) {
     fail("handshake failed: " + std::string(reply->str, reply->len));
     return;
   }
-  on_handshake_reply(pending.step, reply);
+  if (pending.step == Step::checked) {
+    if (pending.tag < steps_.size() && steps_[pending.tag].check) steps_[pending.tag].check(*reply, info_);
+  } else {
+    on_handshake_reply(pending.step, reply);
+  }
   if (handshake_left_ == 0 && state_ == State::handshaking) on_handshake_done();
 }
 
@@ -334,7 +354,7 @@ bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink,
                   std::to_string(kMaxUnsentBytes) + ")";
     return false;
   }
-  out_.append(encoded);
+  (state_ == State::ready ? out_ : held_).append(encoded);
   pending_.push_back({std::move(sink), tag, now_ns(), Step::command, late_after_ns});
   if (stall_timer_ == 0 && options_.stall_timeout.count() > 0) arm_stall_check();
   return true;
@@ -359,7 +379,7 @@ void Connection::release_late_sinks() {
 std::size_t Connection::unsent_bytes() const noexcept {
   std::size_t queued = 0;
   if (socket_ != nullptr) queued = uv_stream_get_write_queue_size(reinterpret_cast<const uv_stream_t*>(&socket_->tcp));
-  return out_.size() + queued;
+  return out_.size() + held_.size() + queued;
 }
 
 void Connection::flush() {
@@ -425,6 +445,8 @@ void Connection::fail(std::string reason) {
 
 void Connection::fail_pending(const std::string& reason) {
   out_.clear();
+  held_.clear();
+  steps_.clear();
   handshake_left_ = 0;
   std::deque<Pending> failed;
   failed.swap(pending_);

@@ -113,6 +113,9 @@ void ClientImpl::catch_up(std::uint32_t index) {
     return;
   }
   if (view.catch_up_running || view.fence_ready || shutting_down_) return;
+  // This user may not raise the counter here: retrying cannot help before a reconnect
+  // proves otherwise (on_master_ready starts it again then).
+  if (not_permitted(index, true)) return;
   // A3: the reads go out at least one command deadline after this incarnation was seen, so
   // a round-2 raise another client counted before the restart has executed where we read.
   // Every path into a catch-up (first sight, a restart during a catch-up, a retry) waits here.

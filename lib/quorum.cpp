@@ -20,6 +20,7 @@ void Tally::add(MasterStatus status) noexcept {
     case MasterStatus::timeout:
     case MasterStatus::not_connected:
     case MasterStatus::not_counted:
+    case MasterStatus::not_permitted:
       ++failed;
       return;
     case MasterStatus::pending:

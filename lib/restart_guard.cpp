@@ -42,7 +42,8 @@ bool ClientImpl::same_server(std::uint32_t a, std::uint32_t b) const {
 void ClientImpl::on_master_ready(std::uint32_t index) {
   const auto& info = connections_[index]->server_info();
   MasterView& view = views_[index];
-  if (!info.run_id.empty() && info.run_id != view.run_id) {
+  const bool new_incarnation = !info.run_id.empty() && info.run_id != view.run_id;
+  if (new_incarnation) {
     const bool restarted = !view.run_id.empty();
     // Keys survive a restart only if the incarnation that granted them was durable, and
     // the new one loaded its AOF (same configuration): both must say so.
@@ -80,6 +81,9 @@ void ClientImpl::on_master_ready(std::uint32_t index) {
     view.started_ns = std::max(view.started_ns, info.started_ns);
   }
   if (!info.durable()) view.durable = false;  // durability switched off: from now on
+  warn_permissions(index);
+  // A catch-up refused for want of permission waits for a reconnect that proves it.
+  if (!new_incarnation && options_.fence_catch_up && !view.fence_ready) catch_up(index);
   for (std::uint32_t other = 0; other < size_; ++other) {
     if (!same_server(index, other) || view.twin_warned) continue;
     view.twin_warned = true;

@@ -29,6 +29,7 @@ std::string_view to_string(MasterStatus status) noexcept {
     case MasterStatus::timeout: return "timeout";
     case MasterStatus::not_connected: return "not_connected";
     case MasterStatus::not_counted: return "not_counted";
+    case MasterStatus::not_permitted: return "not_permitted";
     case MasterStatus::pending: return "pending";
   }
   return "unknown";

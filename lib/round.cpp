@@ -110,7 +110,13 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
     return;
   }
   if (reply == nullptr) {
-    record(index, MasterStatus::not_connected, std::string(failure));
+    // Queued before the handshake, then refused by the permission check: never sent.
+    const bool fenced = kind_ == RoundKind::fence || (kind_ == RoundKind::acquire && args_.fencing);
+    if (auto why = impl_.not_permitted(index, fenced)) {
+      record(index, MasterStatus::not_permitted, std::move(*why));
+    } else {
+      record(index, MasterStatus::not_connected, std::string(failure));
+    }
   } else {
     std::string error;
     const MasterStatus status = classify(index, reply, error);
@@ -170,7 +176,14 @@ void Round::record(std::uint32_t index, MasterStatus status, std::string error) 
 }
 
 void Round::evaluate() {
-  if (!decided_ && tally_.verdict() != Verdict::undecided) impl_.decide(*this);
+  if (decided_ || tally_.verdict() == Verdict::undecided) return;
+  // The library's own release after a failed acquire has no caller waiting: it hears every
+  // master out (or its deadline), so that a refusal is warned about (warn_failed_release).
+  if (op_->internal && std::any_of(masters_.begin(), masters_.end(),
+                                   [](const MasterResult& m) { return m.status == MasterStatus::pending; })) {
+    return;
+  }
+  impl_.decide(*this);
 }
 
 void Round::on_deadline() {

@@ -38,6 +38,9 @@ enum class MasterStatus : std::uint8_t {
   timeout,        // no reply within command_timeout
   not_connected,  // no usable connection: see `error` for why (refused, lost, auth failed)
   not_counted,    // a reply that did not count as a vote
+  not_permitted,  // this master's ACL user may not run every command the lock paths run
+                  // (checked on every connect, docs/permissions.md): it is sent no SET, no
+                  // extend and no fenced acquire, and `error` names what is missing
   pending,        // still in flight when the outcome was decided (the quorum was already
                   // reached, or already impossible)
 };

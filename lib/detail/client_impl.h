@@ -70,6 +70,7 @@ struct MasterView {
   bool fence_ready = false;     // fencing counter caught up for this epoch
   bool catch_up_running = false;
   bool twin_warned = false;     // warned that another configured master is this same server
+  std::string permission_warned;  // the permission problem last warned about ("" = none)
 };
 
 class ClientImpl {
@@ -99,7 +100,8 @@ class ClientImpl {
   // ~Client inside a callback on a caller's loop: shut down now, free on the loop's next
   // iteration, when no frame of this Client is on the stack any more.
   static void destroy_from_callback(std::unique_ptr<ClientImpl> impl);
-  void release_in_background(const std::string& key, const std::string& token);
+  void release_in_background(const std::string& key, const std::string& token, Milliseconds ttl);
+  void warn_failed_release(const Operation& op, const Result& result) const;
   void cancel(OperationId id);
   void shutdown();
 
@@ -107,6 +109,11 @@ class ClientImpl {
   std::optional<std::string> not_counted(std::uint32_t index, bool fenced) const;
   // Which rule counted a grant the age rule alone would not have (a durable master), if any.
   std::optional<std::string> counted_because(std::uint32_t index) const;
+  // The permission check (permissions.cpp): the handshake steps of every connection, and
+  // why master `index` may not be sent a lock command (fenced: the fencing paths too).
+  std::vector<HandshakeStep> handshake_steps() const;
+  std::optional<std::string> not_permitted(std::uint32_t index, bool fenced) const;
+  void warn_permissions(std::uint32_t index);
   // Two configured masters that reach one server (the same run_id): one vote between them.
   bool same_server(std::uint32_t a, std::uint32_t b) const;
   void on_master_ready(std::uint32_t index);
@@ -133,6 +140,7 @@ class ClientImpl {
   Script extend_script_{kExtendScript};
   Script fenced_acquire_script_{kFencedAcquireScript};
   Script fence_raise_script_{kFenceRaiseScript};
+  Script permission_check_script_{kPermissionCheckScript};
   std::atomic<OperationId> next_id_{1};
 
   // Loop thread only.

@@ -46,6 +46,27 @@ inline constexpr std::string_view kFenceRaiseScript =
     "if c < t then redis.call('SET', KEYS[1], ARGV[1]) return t end "
     "return c";
 
+// The permission check of the connection handshake (docs/permissions.md): which commands of
+// the lock paths (KEYS[1], a probe key under the prefix; ARGV[1] its value) and of the
+// fencing paths (ARGV[2], the counter: an argument, not a key, because EVAL refuses outright
+// a key the user may not touch) this ACL user may not run, as two comma-separated lists.
+// redis.acl_check_cmd (Redis >= 7.0) asks the server's own ACL check without running
+// anything, so the counter is never changed. Older servers answer two empty lists: there
+// only the probe's real commands (SET, the extend and release scripts) are checked.
+inline constexpr std::string_view kPermissionCheckScript =
+    "if not redis.acl_check_cmd then return {'', ''} end "
+    "local function missing(checks) "
+    "local out = {} "
+    "for _, c in ipairs(checks) do "
+    "if not redis.acl_check_cmd(unpack(c)) then out[#out + 1] = c[1] end "
+    "end "
+    "return table.concat(out, ', ') "
+    "end "
+    "return {"
+    "missing({{'SET', KEYS[1], ARGV[1], 'NX', 'PX', '1'}, {'GET', KEYS[1]}, {'PEXPIRE', KEYS[1], '1'}, "
+    "{'DEL', KEYS[1]}, {'EVAL', 'return 0', '0'}}), "
+    "missing({{'INCR', ARGV[2]}, {'GET', ARGV[2]}, {'SET', ARGV[2], '1'}})}";
+
 // A script prepared for one Client: the EVALSHA name and the SCRIPT LOAD command that the
 // connection handshake sends, so EVALSHA normally hits and EVAL is only the NOSCRIPT path.
 struct Script {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "detail/event_loop.h"
 #include "detail/reply_reader.h"
@@ -37,6 +38,38 @@ class ReplySink {
   virtual void on_reply(std::uint32_t tag, const redisReply* reply, std::string_view failure) = 0;
 };
 
+// What the handshake learned about the server (INFO server, CONFIG GET, the permission
+// check), for the restart guard, the fencing counter and which commands may be sent.
+// Replaced on every connect.
+struct ServerInfo {
+  std::string run_id;  // empty if INFO failed (see error)
+  // The latest instant the server can have started, on now_ns(): when INFO was read minus
+  // (uptime_in_seconds - 1). Redis derives uptime from whole wall-clock seconds, so it
+  // over-reports by up to 1 s; and it trusts the server's wall clock (see restart_guard.cpp).
+  std::uint64_t started_ns = 0;
+  // CONFIG GET results; empty where the server (or an ACL) refused CONFIG GET.
+  std::string maxmemory_policy;
+  std::string appendonly;   // "yes" / "no"
+  std::string appendfsync;  // "always" / "everysec" / "no"
+  std::string error;        // why run_id is unknown
+  // The permission check (ClientImpl::handshake_steps, docs/permissions.md): why this
+  // connection's user may not run the lock paths, or the fencing paths; empty when proven
+  // (the fencing part also when the server cannot tell: Redis before 7.0).
+  std::string not_permitted;
+  std::string fence_not_permitted;
+
+  // Loses no acknowledged write on restart: every write is in the AOF, fsynced before
+  // the reply. Only what CONFIG GET said; unknown counts as not durable.
+  [[nodiscard]] bool durable() const noexcept { return appendonly == "yes" && appendfsync == "always"; }
+};
+
+// One command the connection sends in every handshake after INFO and CONFIG GET, and what
+// its reply means: `check` may record in ServerInfo what the reply showed.
+struct HandshakeStep {
+  std::string encoded;
+  std::function<void(const redisReply& reply, ServerInfo& info)> check;
+};
+
 struct ConnectionOptions {
   Endpoint endpoint;
   Milliseconds connect_timeout{1000};
@@ -44,34 +77,17 @@ struct ConnectionOptions {
   Milliseconds reconnect_max{2000};
   Milliseconds stall_timeout{3000};
   std::string source_address;
-  // Commands encoded once per connection handshake (e.g. SCRIPT LOAD); their replies
-  // are not checked.
-  std::string handshake_extra;
-  std::size_t handshake_extra_count = 0;
+  // Built anew for every connection (SCRIPT LOAD, and the permission probe, whose key and
+  // token are fresh each time). Commands queued meanwhile wait until every step answered;
+  // if the steps leave ServerInfo::not_permitted set, they are failed, never sent.
+  std::function<std::vector<HandshakeStep>()> handshake_steps;
 };
 
 class Connection {
  public:
   enum class State : std::uint8_t { disconnected, connecting, handshaking, ready, closed };
 
-  // What the handshake learned about the server (INFO server, CONFIG GET), for the restart
-  // guard and the fencing counter. Replaced on every connect.
-  struct ServerInfo {
-    std::string run_id;  // empty if INFO failed (see error)
-    // The latest instant the server can have started, on now_ns(): when INFO was read minus
-    // (uptime_in_seconds - 1). Redis derives uptime from whole wall-clock seconds, so it
-    // over-reports by up to 1 s; and it trusts the server's wall clock (see restart_guard.cpp).
-    std::uint64_t started_ns = 0;
-    // CONFIG GET results; empty where the server (or an ACL) refused CONFIG GET.
-    std::string maxmemory_policy;
-    std::string appendonly;   // "yes" / "no"
-    std::string appendfsync;  // "always" / "everysec" / "no"
-    std::string error;        // why run_id is unknown
-
-    // Loses no acknowledged write on restart: every write is in the AOF, fsynced before
-    // the reply. Only what CONFIG GET said; unknown counts as not durable.
-    [[nodiscard]] bool durable() const noexcept { return appendonly == "yes" && appendfsync == "always"; }
-  };
+  using ServerInfo = detail::ServerInfo;
 
   Connection(EventLoop& loop, ConnectionOptions options);
   ~Connection();  // close()
@@ -127,7 +143,7 @@ class Connection {
   enum class Step : std::uint8_t {
     command,         // a caller's command: the reply goes to the sink
     must_succeed,    // AUTH, SELECT: an error reply fails the connection
-    may_fail,        // SCRIPT LOAD: the reply is not checked
+    checked,         // a HandshakeStep: its check reads the reply (tag: index in steps_)
     late,            // a caller's command whose sender no longer needs the reply: dropped
     server_info,     // INFO server: run_id, uptime_in_seconds
     config_get,      // CONFIG GET <one parameter>: maxmemory-policy, appendonly, appendfsync
@@ -170,6 +186,10 @@ class Connection {
   std::deque<Pending> pending_;
   std::size_t late_scan_ = 0;  // pending_[0, late_scan_) has been looked at by release_late_sinks()
   std::string out_;        // encoded commands not yet written
+  // Callers' commands queued before the handshake finished: written only once it proved
+  // this connection may run them (see ConnectionOptions::handshake_steps).
+  std::string held_;
+  std::vector<HandshakeStep> steps_;  // this connection's handshake steps
   std::size_t handshake_left_ = 0;  // handshake replies still expected
   Milliseconds backoff_{0};
   EventLoop::TimerId connect_timer_ = 0;

@@ -1,0 +1,137 @@
+// The permission check (docs/permissions.md): on every connect, before a master is sent a
+// lock's SET, prove that this ACL user can run every command the lock paths run, those the
+// scripts call inside included. Redis checks a script's inner command only when the script
+// calls it, so the probe runs the real paths on a probe key under the prefix: SET NX PX with
+// a short PX, the extend script, the release script (which removes the key; if it cannot,
+// the PX does). Redis's own ACL check (kPermissionCheckScript) names what is missing,
+// the fencing counter's commands included, without running them.
+#include <algorithm>
+
+#include "detail/client_impl.h"
+#include "detail/token.h"
+
+namespace redlock::detail {
+namespace {
+
+// Long enough for the pipelined extend and release to find the key on a loaded server;
+// short, because a probe whose release is refused leaves its key for this long.
+constexpr long long kProbeTtlMs = 2000;
+
+std::string text_of(const redisReply& reply) {
+  if (reply.type == REDIS_REPLY_ERROR || reply.type == REDIS_REPLY_STATUS || reply.type == REDIS_REPLY_STRING) {
+    return std::string(reply.str, std::min<std::size_t>(reply.len, 256));
+  }
+  if (reply.type == REDIS_REPLY_INTEGER) return "integer " + std::to_string(reply.integer);
+  if (reply.type == REDIS_REPLY_NIL) return "nil";
+  return "an array";
+}
+
+// Adds one problem; a server text already reported (EVALSHA refused for every script) is
+// not repeated.
+void deny(std::string& into, const std::string& what, const std::string& server_text) {
+  if (!server_text.empty() && into.find(server_text) != std::string::npos) return;
+  if (!into.empty()) into += "; ";
+  into += what;
+  if (!server_text.empty()) into += ": " + server_text;
+}
+
+bool is_error(const redisReply& reply) { return reply.type == REDIS_REPLY_ERROR; }
+
+// Only what the ACL refused makes a master not_permitted. Other errors (READONLY on a
+// replica, OOM, NOAUTH without a password, LOADING...) are the server's state, not this
+// user's rights: the rounds meet them too and report them as server_error, as before.
+bool is_denial(const redisReply& reply) {
+  if (!is_error(reply)) return false;
+  const std::string_view text(reply.str, reply.len);
+  return text.starts_with("NOPERM") || text.find("can't run this command") != std::string_view::npos;
+}
+
+// A step of the probe on the probe key: an ACL refusal is recorded with `what` it ran. Any
+// other reply that is not the expected one (+OK for SET, 1 for the scripts) follows from an
+// earlier step or from the server's state (see is_denial), and is left to the rounds.
+HandshakeStep step(std::string encoded, std::string what) {
+  return {std::move(encoded), [what = std::move(what)](const redisReply& reply, ServerInfo& info) {
+            if (is_denial(reply)) deny(info.not_permitted, what, text_of(reply));
+          }};
+}
+
+}  // namespace
+
+std::vector<HandshakeStep> ClientImpl::handshake_steps() const {
+  std::vector<HandshakeStep> steps;
+  for (const auto* script :
+       {&release_script_, &extend_script_, &fenced_acquire_script_, &fence_raise_script_, &permission_check_script_}) {
+    steps.push_back({script->load_command, [](const redisReply& reply, ServerInfo& info) {
+                       if (is_denial(reply)) deny(info.not_permitted, "SCRIPT LOAD", text_of(reply));
+                     }});
+  }
+  const std::string token = make_token();
+  const std::string key = options_.key_prefix + "__redlock_probe:" + token;
+  const std::string value = "probe-" + token;
+  const std::string ttl = std::to_string(kProbeTtlMs);
+  const std::string prefix = options_.key_prefix;
+  const std::string fence_key = options_.fence_key;
+  steps.push_back({encode_script_call(permission_check_script_, false, {key}, {value, fence_key}),
+                   [prefix, fence_key](const redisReply& reply, ServerInfo& info) {
+                     if (is_denial(reply)) {
+                       deny(info.not_permitted, "permission check on a probe key under the prefix '" + prefix + "'",
+                            text_of(reply));
+                       return;
+                     }
+                     // NOSCRIPT after a refused SCRIPT LOAD (recorded there), or the server's state.
+                     if (reply.type != REDIS_REPLY_ARRAY || reply.elements != 2 ||
+                         reply.element[0]->type != REDIS_REPLY_STRING || reply.element[1]->type != REDIS_REPLY_STRING) {
+                       return;
+                     }
+                     const std::string lock_missing(reply.element[0]->str, reply.element[0]->len);
+                     const std::string fence_missing(reply.element[1]->str, reply.element[1]->len);
+                     if (!lock_missing.empty()) {
+                       deny(info.not_permitted,
+                            "the ACL denies " + lock_missing + " on keys under the prefix '" + prefix + "'", {});
+                     }
+                     if (!fence_missing.empty()) {
+                       deny(info.fence_not_permitted,
+                            "the ACL denies " + fence_missing + " on the fencing counter '" + fence_key + "'", {});
+                     }
+                   }});
+  steps.push_back(step(encode_set_nx_px(key, value, kProbeTtlMs), "SET NX PX on a probe key under the prefix"));
+  steps.push_back(
+      step(encode_script_call(extend_script_, false, {key}, {value, ttl}), "the extend script (GET, PEXPIRE inside)"));
+  steps.push_back(
+      step(encode_script_call(release_script_, false, {key}, {value}), "the release script (GET, DEL inside)"));
+  return steps;
+}
+
+std::optional<std::string> ClientImpl::not_permitted(std::uint32_t index, bool fenced) const {
+  const Connection& connection = *connections_[index];
+  if (!connection.ready()) return std::nullopt;
+  const auto& info = connection.server_info();
+  if (!info.not_permitted.empty()) return "not permitted: " + info.not_permitted;
+  if (fenced && !info.fence_not_permitted.empty()) return "not permitted (fencing): " + info.fence_not_permitted;
+  return std::nullopt;
+}
+
+// Once per master and problem: again only if the problem changes (re-checked on every
+// reconnect, as the ACL may have changed), and after it was fixed and came back.
+void ClientImpl::warn_permissions(std::uint32_t index) {
+  const auto& info = connections_[index]->server_info();
+  MasterView& view = views_[index];
+  const std::string problem = info.not_permitted + "|" + info.fence_not_permitted;
+  if (problem == "|") {
+    view.permission_warned.clear();
+    return;
+  }
+  if (problem == view.permission_warned) return;
+  view.permission_warned = problem;
+  if (!info.not_permitted.empty()) {
+    warn("master " + names_[index] + ": the lock user may not run the lock's commands there, so it is sent no lock " +
+         "(not_permitted) until a reconnect proves otherwise: " + info.not_permitted +
+         " (docs/permissions.md lists the ACL the library needs)");
+  } else {
+    warn("master " + names_[index] + ": the lock user may not touch the fencing counter there, so fenced acquires " +
+         "are not sent to it (not_permitted): " + info.fence_not_permitted +
+         " (docs/permissions.md lists the ACL the library needs)");
+  }
+}
+
+}  // namespace redlock::detail

@@ -1,0 +1,325 @@
+// Least privilege: masters where the lock user is an ACL user with only what the library
+// needs (docs/permissions.md). A master where that user lacks something the lock paths
+// run, inside the scripts included, must never be sent a lock's SET: it is not_permitted,
+// not counted, and its row names what is missing. The others decide the outcome.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include <mutex>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace redlock::testing {
+namespace {
+
+constexpr const char* kUser = "locker";
+constexpr const char* kPassword = "pw-Xq83z-s3cret";
+
+// The documented ACL (README.md "Permissions", docs/permissions.md), minus `without`:
+// one rule removed (e.g. "+get"), or a key pattern replaced.
+std::vector<std::string> documented_acl(const std::string& without = {}, const std::string& keys = "~redlock:*") {
+  std::vector<std::string> rules = {"ACL",   "SETUSER", kUser,    "reset",       "on",      std::string(">") + kPassword,
+                                    keys,    "~redlock-fence-counter", "resetchannels", "-@all",
+                                    "+set",  "+get",    "+del",   "+pexpire",    "+incr",   "+eval",
+                                    "+evalsha", "+script|load", "+info", "+config|get"};
+  std::erase(rules, without);
+  return rules;
+}
+
+std::string as_user(const std::string& uri) {
+  return "redis://" + std::string(kUser) + ":" + kPassword + "@" + uri.substr(std::string("redis://").size());
+}
+
+struct Masters {
+  explicit Masters(std::size_t n) : group(n) {}
+  // Master i gets `rules` for the lock user.
+  void set_user(std::size_t i, const std::vector<std::string>& rules) {
+    const Reply reply = group[i].command(rules);
+    ASSERT_EQ(reply.type, Reply::Type::status) << reply.str;
+  }
+  std::vector<std::string> uris() const {
+    std::vector<std::string> out;
+    for (const auto& uri : group.uris()) out.push_back(as_user(uri));
+    return out;
+  }
+  RedisServerGroup group;
+};
+
+struct Warnings {
+  std::mutex mutex;
+  std::vector<std::string> seen;
+  std::size_t count_with(const std::string& text) {
+    const std::lock_guard<std::mutex> hold(mutex);
+    std::size_t n = 0;
+    for (const auto& w : seen) n += w.find(text) != std::string::npos ? 1u : 0u;
+    return n;
+  }
+  std::string all() {
+    const std::lock_guard<std::mutex> hold(mutex);
+    std::string out;
+    for (const auto& w : seen) out += w + "\n";
+    return out;
+  }
+};
+
+ClientOptions lock_user_options(const Masters& masters, Warnings& warnings) {
+  auto options = options_for(masters.uris());
+  options.on_warning = [&warnings](const std::string& warning) {
+    const std::lock_guard<std::mutex> hold(warnings.mutex);
+    warnings.seen.push_back(warning);
+  };
+  return options;
+}
+
+// Three masters: 0 and 1 with the documented ACL, 2 with `rules`. A plain (or fenced)
+// acquire is granted by 0 and 1; master 2 never holds the lock's key; extend and release work.
+// `named`: what the restricted row and the warning must name.
+void two_good_one_restricted(const std::vector<std::string>& rules, bool fencing, const std::string& named) {
+  Masters masters(3);
+  masters.set_user(0, documented_acl());
+  masters.set_user(1, documented_acl());
+  masters.set_user(2, rules);
+  Warnings warnings;
+  Client client(lock_user_options(masters, warnings));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  AcquireOptions acquire;
+  acquire.fencing = fencing;
+  Result held;
+  // A fenced acquire waits for the fencing counters' catch-up on the good masters.
+  ASSERT_TRUE(eventually([&] {
+    held = client.acquire("ledger", acquire);
+    return held.ok();
+  }, 10s)) << format_result(held);
+  EXPECT_EQ(held.masters[2].status, MasterStatus::not_permitted) << format_result(held);
+  EXPECT_NE(held.masters[2].error.find(named), std::string::npos) << format_result(held);
+  EXPECT_EQ(held.count(MasterStatus::ok), 2u) << format_result(held);
+  // The restricted master was never sent the SET (or the fenced script): no key, now or later.
+  EXPECT_EQ(masters.group[2].command({"EXISTS", held.lock->key}).integer, 0) << format_result(held);
+  EXPECT_EQ(holding(masters.group, held.lock->key, held.lock->token), 2u);
+  const Result extended = client.extend(*held.lock);
+  EXPECT_EQ(extended.outcome, Outcome::extended) << format_result(extended);
+  const Result released = client.release(*held.lock);
+  EXPECT_EQ(released.outcome, Outcome::released) << format_result(released);
+  EXPECT_TRUE(eventually([&] { return with_key(masters.group, held.lock->key) == 0; }))
+      << "a key of this lock stayed behind";
+  EXPECT_EQ(format_result(held).find(kPassword), std::string::npos);
+  EXPECT_EQ(warnings.all().find(kPassword), std::string::npos);
+  // Warned once about this master, however many rounds it sat out.
+  const std::string name = "master " + held.masters[2].endpoint;
+  EXPECT_EQ(warnings.count_with(name), 1u) << warnings.all();
+  EXPECT_NE(warnings.all().find(named), std::string::npos) << warnings.all();
+  EXPECT_EQ(warnings.count_with("master " + held.masters[0].endpoint), 0u) << warnings.all();
+}
+
+TEST(AclTest, WithoutGetTheRestrictedMasterIsNeverSentTheSet) { two_good_one_restricted(documented_acl("+get"), false, "GET"); }
+TEST(AclTest, WithoutDelTheRestrictedMasterIsNeverSentTheSet) { two_good_one_restricted(documented_acl("+del"), false, "DEL"); }
+TEST(AclTest, WithoutPexpireTheRestrictedMasterIsNeverSentTheSet) {
+  two_good_one_restricted(documented_acl("+pexpire"), false, "PEXPIRE");
+}
+TEST(AclTest, WithoutEvalshaTheRestrictedMasterIsNeverSentTheSet) {
+  two_good_one_restricted(documented_acl("+evalsha"), false, "'evalsha'");
+}
+TEST(AclTest, WithoutScriptLoadTheRestrictedMasterIsNeverSentTheSet) {
+  two_good_one_restricted(documented_acl("+script|load"), false, "'script|load'");
+}
+TEST(AclTest, WithoutIncrTheRestrictedMasterIsNeverSentAFencedAcquire) {
+  two_good_one_restricted(documented_acl("+incr"), true, "INCR");
+}
+TEST(AclTest, KeyPatternNotCoveringThePrefixIsNeverSentTheSet) {
+  two_good_one_restricted(documented_acl({}, "~other:*"), false, "no permissions to access one of the keys");
+}
+
+// Exactly the documented ACL on every master: acquire, waiting for a held lock, extend,
+// release, fencing and the restart guard all work, and nothing is warned about.
+TEST(AclTest, TheDocumentedAclRunsEveryPath) {
+  Masters masters(3);
+  for (std::size_t i = 0; i < 3; ++i) masters.set_user(i, documented_acl());
+  Warnings warnings;
+  auto options = lock_user_options(masters, warnings);
+  options.restart_guard = true;
+  options.ttl = 1000ms;
+  options.max_lock_ttl = 1000ms;
+  Client client(options);
+  Client other(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  ASSERT_TRUE(other.wait_connected(3, 5s));
+  AcquireOptions fenced;
+  fenced.fencing = true;
+  Result held;
+  // The restart guard counts the masters once they are older than max_lock_ttl (INFO).
+  ASSERT_TRUE(eventually([&] {
+    held = client.acquire("ledger", fenced);
+    return held.ok();
+  }, 10s)) << format_result(held);
+  EXPECT_EQ(held.count(MasterStatus::not_permitted), 0u) << format_result(held);
+  EXPECT_GT(held.lock->fence, 0u);
+  const Result extended = client.extend(*held.lock);
+  ASSERT_EQ(extended.outcome, Outcome::extended) << format_result(extended);
+  // Waiting: another client retries until the holder releases.
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(100ms);
+    client.release(*extended.lock);
+  });
+  AcquireOptions wait;
+  wait.retry_count = -1;
+  wait.wait = 5s;
+  wait.fencing = true;
+  const Result next = other.acquire("ledger", wait);
+  releaser.join();
+  ASSERT_TRUE(next.ok()) << format_result(next);
+  EXPECT_GT(next.lock->fence, held.lock->fence);
+  EXPECT_TRUE(other.release(*next.lock));
+  EXPECT_TRUE(eventually([&] { return with_key(masters.group, "redlock:ledger") == 0; }));
+  // The probes left nothing under the prefix.
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(eventually([&] { return masters.group[i].command({"KEYS", "redlock:*"}).elements.empty(); }));
+  }
+  EXPECT_EQ(warnings.count_with("not_permitted"), 0u) << warnings.all();
+}
+
+// Without INFO the restart guard cannot tell a master's age: it keeps its own clear reason
+// (not_counted), as before the permission check. With the guard off INFO is not needed.
+TEST(AclTest, WithoutInfoTheRestartGuardSaysWhy) {
+  Masters masters(3);
+  masters.set_user(0, documented_acl());
+  masters.set_user(1, documented_acl());
+  masters.set_user(2, documented_acl("+info"));
+  Warnings warnings;
+  auto options = lock_user_options(masters, warnings);
+  options.restart_guard = true;
+  options.ttl = 1000ms;
+  options.max_lock_ttl = 1000ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  Result held;
+  ASSERT_TRUE(eventually([&] {
+    held = client.acquire("ledger");
+    if (held.ok()) client.release(*held.lock);
+    return held.ok() && held.masters[2].status != MasterStatus::pending;
+  }, 10s)) << format_result(held);
+  EXPECT_EQ(held.masters[2].status, MasterStatus::not_counted) << format_result(held);
+  EXPECT_NE(held.masters[2].error.find("restart guard cannot tell when it started"), std::string::npos);
+  EXPECT_NE(held.masters[2].error.find("'info'"), std::string::npos) << held.masters[2].error;
+
+  options.restart_guard = false;
+  Client unguarded(options);
+  ASSERT_TRUE(unguarded.wait_connected(3, 5s));
+  const Result plain = unguarded.acquire("plain");
+  ASSERT_TRUE(plain.ok()) << format_result(plain);
+  EXPECT_EQ(plain.count(MasterStatus::not_permitted), 0u) << format_result(plain);
+  EXPECT_TRUE(unguarded.release(*plain.lock));
+}
+
+// CONFIG GET is optional: without it the masters are used; only durable detection and the
+// eviction warning are lost.
+TEST(AclTest, WithoutConfigGetTheMastersAreUsed) {
+  Masters masters(3);
+  for (std::size_t i = 0; i < 3; ++i) masters.set_user(i, documented_acl("+config|get"));
+  Warnings warnings;
+  Client client(lock_user_options(masters, warnings));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result held = client.acquire("ledger");
+  ASSERT_TRUE(held.ok()) << format_result(held);
+  EXPECT_EQ(held.count(MasterStatus::not_permitted), 0u) << format_result(held);
+  EXPECT_TRUE(client.release(*held.lock));
+}
+
+// The permission check runs again on every reconnect: an ACL fixed meanwhile is seen.
+TEST(AclTest, AFixedAclIsSeenAfterAReconnect) {
+  Masters masters(3);
+  masters.set_user(0, documented_acl());
+  masters.set_user(1, documented_acl());
+  masters.set_user(2, documented_acl("+del"));
+  Warnings warnings;
+  Client client(lock_user_options(masters, warnings));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result before = client.acquire("ledger");
+  ASSERT_TRUE(before.ok()) << format_result(before);
+  EXPECT_EQ(before.masters[2].status, MasterStatus::not_permitted) << format_result(before);
+  EXPECT_TRUE(client.release(*before.lock));
+  masters.set_user(2, documented_acl());
+  masters.group[2].command({"CLIENT", "KILL", "USER", kUser});
+  Result after;
+  EXPECT_TRUE(eventually([&] {
+    after = client.acquire("ledger");
+    if (after.ok()) client.release(*after.lock);
+    return after.ok() && after.masters[2].status == MasterStatus::ok;
+  })) << format_result(after);
+}
+
+// A release refused after a failed acquire (READONLY here: the ACL changed under a live
+// connection, which the check cannot see before the next reconnect) is warned about with
+// the master and the key.
+TEST(AclTest, ARefusedPartialReleaseIsWarnedAbout) {
+  Masters masters(3);
+  for (std::size_t i = 0; i < 3; ++i) masters.set_user(i, documented_acl());
+  Warnings warnings;
+  Client client(lock_user_options(masters, warnings));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  // Masters 1 and 2 are held by another owner; master 0 grants, then refuses the release.
+  for (const std::size_t i : {1u, 2u}) masters.group[i].command({"SET", "redlock:ledger", "other-owner", "PX", "60000"});
+  masters.set_user(0, {"ACL", "SETUSER", kUser, "-del"});  // applies at once to the live connection
+  const Result result = client.acquire("ledger");
+  EXPECT_EQ(result.outcome, Outcome::taken) << format_result(result);
+  EXPECT_TRUE(eventually([&] { return warnings.count_with("release of key 'redlock:ledger'") == 1; }))
+      << warnings.all();
+  EXPECT_EQ(warnings.count_with(result.masters[0].endpoint), 1u) << warnings.all();
+  EXPECT_EQ(warnings.all().find(kPassword), std::string::npos);
+}
+
+// The issue's user: SET and the script commands, but not what the scripts call inside.
+TEST(AclTest, TheIssuesUserStrandsNoLock) {
+  Masters masters(3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    masters.set_user(i, {"ACL", "SETUSER", kUser, "reset", "on", std::string(">") + kPassword, "~redlock:*", "+set",
+                         "+eval", "+evalsha", "+script", "+ping", "+info", "+hello", "+auth"});
+  }
+  Warnings warnings;
+  Client client(lock_user_options(masters, warnings));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result result = client.acquire("ledger");
+  EXPECT_FALSE(result.ok()) << "granted a lock no master can release:\n" << format_result(result);
+  EXPECT_EQ(result.outcome, Outcome::quorum_unreachable) << format_result(result);
+  for (const auto& master : result.masters) {
+    if (master.status == MasterStatus::pending) continue;
+    EXPECT_EQ(master.status, MasterStatus::not_permitted) << format_result(result);
+    EXPECT_NE(master.error.find("GET, PEXPIRE, DEL"), std::string::npos) << master.error;
+  }
+  EXPECT_EQ(warnings.count_with("may not run the lock's commands"), 3u) << warnings.all();
+  if (result.lock) client.release(*result.lock);
+  EXPECT_EQ(with_key(masters.group, "redlock:ledger"), 0u) << format_result(result);
+}
+
+// The tool: when every master refuses the lock user's permissions, `redlock acquire` exits
+// 77 (EX_NOPERM, a configuration problem, not an outage) and prints no password.
+TEST(AclTest, TheToolExits77WhenNoMasterPermitsAndPrintsNoPassword) {
+  namespace fs = std::filesystem;
+  const fs::path tool = fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "cli" / "redlock";
+  if (!fs::exists(tool)) GTEST_SKIP() << "the redlock tool is not built: " << tool;
+  Masters masters(3);
+  for (std::size_t i = 0; i < 3; ++i) masters.set_user(i, documented_acl("+del"));
+  std::string command = tool.string() + " --no-restart-guard";
+  for (const auto& uri : masters.uris()) command += " -m " + uri;
+  command += " acquire ledger 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[4096];
+  while (const std::size_t got = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, got);
+  const int status = pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 77) << output;
+  EXPECT_NE(output.find("not_permitted"), std::string::npos) << output;
+  EXPECT_NE(output.find("DEL"), std::string::npos) << output;
+  EXPECT_EQ(output.find(kPassword), std::string::npos) << output;
+  EXPECT_EQ(with_key(masters.group, "redlock:ledger"), 0u);
+}
+
+}  // namespace
+}  // namespace redlock::testing
