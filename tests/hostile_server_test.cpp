@@ -138,8 +138,15 @@ class HostileServer {
             const std::string name = argv->type == REDIS_REPLY_ARRAY && argv->elements > 0
                                          ? std::string(argv->element[0]->str, argv->element[0]->len)
                                          : std::string();
+            // The connect-time permission check runs the lock's commands on a probe key: part of
+            // the handshake, answered as Redis would, so the misbehaviour hits real locks.
+            bool probe = false;
+            for (std::size_t arg = 1; argv->type == REDIS_REPLY_ARRAY && arg < argv->elements; ++arg) {
+              probe = probe || std::string_view(argv->element[arg]->str, argv->element[arg]->len).find("__redlock_probe:") !=
+                                   std::string_view::npos;
+            }
             freeReplyObject(request);
-            respond(peer, name);
+            respond(peer, name, probe);
           }
         }
         if (peer.dripping && now >= peer.next_drip) {
@@ -219,9 +226,9 @@ class HostileServer {
     return "+OK\r\n";
   }
 
-  void respond(Peer& peer, const std::string& name) {
+  void respond(Peer& peer, const std::string& name, bool probe) {
     if (peer.muted) return;
-    const bool lock_command = name == "SET" || name == "EVALSHA" || name == "EVAL";
+    const bool lock_command = !probe && (name == "SET" || name == "EVALSHA" || name == "EVAL");
     switch (behaviour_) {
       case Behaviour::garbage: peer.out += "~this is not RESP\r\n"; return;
       case Behaviour::integer_for_everything: peer.out += ":5\r\n"; return;

@@ -28,7 +28,7 @@ constexpr std::array kOutcomes = {Outcome::acquired,         Outcome::extended, 
                                   Outcome::validity_expired, Outcome::cancelled, Outcome::invalid_argument};
 constexpr std::array kStatuses = {MasterStatus::ok,           MasterStatus::held_by_other, MasterStatus::not_found,
                                   MasterStatus::server_error, MasterStatus::timeout,       MasterStatus::not_connected,
-                                  MasterStatus::not_counted,  MasterStatus::pending};
+                                  MasterStatus::not_counted,  MasterStatus::not_permitted, MasterStatus::pending};
 
 // ---------------------------------------------------------------------------------------
 // to_string
