@@ -16,7 +16,7 @@ std::optional<std::string> ClientImpl::not_counted(std::uint32_t index, bool fen
     }
     const std::uint64_t now = now_ns();
     const std::uint64_t up_ns = now > view.started_ns ? now - view.started_ns : 0;
-    if (!view.durable && up_ns <= guard_ns_) {
+    if (!view.counted_at_once && up_ns <= guard_ns_) {
       return "restarted " + std::to_string(up_ns / 1'000'000'000u) + " s ago; counted after " +
              std::to_string(guard_ns_ / 1'000'000'000u) + " s (restart guard)";
     }
@@ -29,10 +29,11 @@ std::optional<std::string> ClientImpl::not_counted(std::uint32_t index, bool fen
 
 std::optional<std::string> ClientImpl::counted_because(std::uint32_t index) const {
   const MasterView& view = views_[index];
-  if (!options_.restart_guard || !view.durable) return std::nullopt;
+  if (!options_.restart_guard || !view.counted_at_once) return std::nullopt;
   const std::uint64_t now = now_ns();
   if (now > view.started_ns && now - view.started_ns > guard_ns_) return std::nullopt;  // the age rule
-  return std::string("counted at once: durable master (appendonly yes, appendfsync always; restart guard)");
+  return std::string(
+      "counted at once: restarted from a durable incarnation (appendonly yes, appendfsync always; restart guard)");
 }
 
 bool ClientImpl::same_server(std::uint32_t a, std::uint32_t b) const {
@@ -60,6 +61,8 @@ void ClientImpl::on_master_ready(std::uint32_t index) {
     // Judged once per incarnation, as first seen: AOF switched on at run time holds the old
     // keys only after its first rewrite, so it counts as durable from the next restart on.
     view.durable = info.durable();
+    // Switching AOF on at a restart does not bring back what the empty server forgot.
+    view.counted_at_once = kept_keys;
     view.fence_ready = false;
     view.twin_warned = false;
     if (restarted && options_.restart_guard) {
@@ -80,7 +83,7 @@ void ClientImpl::on_master_ready(std::uint32_t index) {
     // earlier (a forward wall-clock step would make uptime say otherwise).
     view.started_ns = std::max(view.started_ns, info.started_ns);
   }
-  if (!info.durable()) view.durable = false;  // durability switched off: from now on
+  if (!info.durable()) view.durable = view.counted_at_once = false;  // durability switched off: from now on
   warn_permissions(index);
   // A catch-up refused for want of permission waits for a reconnect that proves it.
   if (!new_incarnation && options_.fence_catch_up && !view.fence_ready) catch_up(index);

@@ -103,8 +103,9 @@ struct ClientOptions {
   // step on the master cannot make it look old (a first contact can only trust uptime).
   // A run_id change also removes that master's vote from every lock this Client holds; a lock
   // left below quorum reports Lock::lost(). A durable master (appendonly yes with appendfsync
-  // always, as CONFIG GET reports it) loses nothing on restart: it is counted at once and keeps
-  // its votes. Two masters that are the same server (same run_id) give one vote, guard on or off.
+  // always, as CONFIG GET reports it) loses nothing on restart: after a restart this Client saw
+  // from a durable incarnation it is counted at once and keeps its votes (a first contact
+  // applies the age rule: the previous incarnation may not have been durable). Two masters that are the same server (same run_id) give one vote, guard on or off.
   // Default on.
   bool restart_guard = true;
   // The longest ttl any lock of this Client uses. 0 (default): ttl rounded up to whole

@@ -67,6 +67,10 @@ struct MasterView {
   // this Client has seen the run_id change, never before it saw the new one. Only moves later.
   std::uint64_t started_ns = 0;
   bool durable = false;         // this incarnation: appendonly yes + appendfsync always
+  // Counted before the age rule allows: only an incarnation this Client saw come from a
+  // durable one by a restart (so it reloaded what was granted). A first contact, or a master
+  // that was not durable before its restart, may have come back empty: the age rule applies.
+  bool counted_at_once = false;
   bool fence_ready = false;     // fencing counter caught up for this epoch
   bool catch_up_running = false;
   bool twin_warned = false;     // warned that another configured master is this same server
