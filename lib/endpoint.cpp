@@ -14,12 +14,10 @@ std::size_t authority_start(std::string_view uri) {
   return scheme_end == std::string_view::npos ? 0 : scheme_end + 3;
 }
 
-// A URI without '@' may still carry a password where the port goes: "redis://admin:secret"
-// (the "@host" forgotten), or "redis://:secret" cut from a list at a ',' or ' #'. Returns the
-// offset after the ':' when what follows it (up to '/', '?' or '#') is not a port-like number
-// (an optional '-' and 1 to 5 digits), else npos.
-// A port that is not a number is then hidden too: naming it could print a password.
-std::size_t unmarked_password_at(std::string_view uri) {
+// In a URI without '@': the offset just after the ':' that ends the host, or npos. What
+// follows may be a password typed where the port goes: "redis://admin:secret" (the "@host"
+// forgotten), or "redis://:secret" cut from a list at a ',' or ' #'.
+std::size_t after_host_colon(std::string_view uri) {
   std::size_t from = authority_start(uri);
   bool unterminated_ipv6 = false;
   if (from < uri.size() && uri[from] == '[') {
@@ -29,15 +27,23 @@ std::size_t unmarked_password_at(std::string_view uri) {
   }
   // "[::1:6379" has colons of its own: there only the last one can start a password.
   const auto colon = unterminated_ipv6 ? uri.rfind(':') : uri.find(':', from);
-  if (colon != std::string_view::npos && colon < from) return std::string_view::npos;
-  if (colon == std::string_view::npos || colon + 1 >= uri.size()) return std::string_view::npos;
-  const std::string_view after = uri.substr(colon + 1);
-  std::string_view port = after.substr(0, after.find_first_of("/?#"));
-  if (!port.empty() && port.front() == '-') port.remove_prefix(1);
-  // Up to 5 digits: a port, maybe out of range. More could be a password of digits.
-  const bool is_port =
-      !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string_view::npos;
-  return is_port ? std::string_view::npos : colon + 1;
+  if (colon == std::string_view::npos || colon < from || colon + 1 >= uri.size()) return std::string_view::npos;
+  return colon + 1;
+}
+
+// Up to 5 digits (optionally after '-'): a port, maybe out of range. More may be a password.
+bool port_like(std::string_view text) {
+  if (!text.empty() && text.front() == '-') text.remove_prefix(1);
+  return !text.empty() && text.size() <= 5 && text.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+// For display: hides what follows the host's ':' unless it reads as a port (a valid URI's
+// port must show), up to '/', '?' or '#'. npos when nothing is hidden.
+std::size_t unmarked_password_at(std::string_view uri) {
+  const auto at = after_host_colon(uri);
+  if (at == std::string_view::npos) return at;
+  const std::string_view after = uri.substr(at);
+  return port_like(after.substr(0, after.find_first_of("/?#"))) ? std::string_view::npos : at;
 }
 
 // The URI as it may appear in an error message: the password replaced by "***".
@@ -56,15 +62,27 @@ std::string masked(std::string_view uri) {
 }
 
 [[noreturn]] void bad(std::string_view uri, const std::string& why) {
-  // The reason may quote what masked() hides (a "port" that is a password): hide it there too.
+  // A URI that does not parse may be one whose "@host" is missing: then all that follows the
+  // host's ':' may be the password, even when it starts like a port ("admin:2024/Summer!"),
+  // so it is hidden unless it is nothing but a port. The reason may quote it too.
   std::string reason = why;
-  if (const auto hidden = uri.rfind('@') == std::string_view::npos ? unmarked_password_at(uri) : std::string_view::npos;
-      hidden != std::string_view::npos) {
+  std::string shown = masked(uri);
+  const auto start = authority_start(uri);
+  const auto at_sign = uri.rfind('@');
+  if (const auto hidden = at_sign == std::string_view::npos || at_sign < start ? after_host_colon(uri)
+                                                                               : std::string_view::npos;
+      hidden != std::string_view::npos && !port_like(uri.substr(hidden))) {
+    // The reason quotes pieces of it (the port, the db after '/'): hide each piece's start.
     Endpoint suspect;
-    suspect.password = std::string(uri.substr(hidden));
-    reason = suspect.redact(reason) + " (what follows ':' is hidden: it may be a password)";
+    for (std::size_t piece = hidden; piece < uri.size(); ++piece) {
+      if (piece != hidden && std::string_view("/?#:").find(uri[piece - 1]) == std::string_view::npos) continue;
+      suspect.password = std::string(uri.substr(piece));
+      reason = suspect.redact(reason);
+    }
+    reason += " (what follows ':' is hidden: it may be a password)";
+    shown = std::string(uri.substr(0, hidden)) + "***";
   }
-  std::string message = "master URI '" + masked(uri) + "': " + reason;
+  std::string message = "master URI '" + shown + "': " + reason;
   // what() is a C string: a NUL from the URI would cut the reason off. Nor should a message
   // carry terminal escapes. Control bytes are shown as '?'.
   for (char& c : message) {

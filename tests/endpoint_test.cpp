@@ -199,14 +199,19 @@ TEST(EndpointParseError, EmptyPort) {
   EXPECT_THAT(parse_error("redis://[::1]:"), HasSubstr("empty port"));
 }
 
+// Without a port the bad database is named. After "host:port" without '@' it is not: that
+// may be a password of digits and more ("admin:2024/Summer!", the "@host" forgotten).
 TEST(EndpointParseError, BadDatabase) {
-  const std::string negative = parse_error("redis://h:6379/-1");
+  const std::string negative = parse_error("redis://h/-1");
   EXPECT_THAT(negative, HasSubstr("'-1'"));
   EXPECT_THAT(negative, HasSubstr("database"));
-  const std::string letters = parse_error("redis://h:6379/abc");
+  const std::string letters = parse_error("redis://u:pw@h:6379/abc");
   EXPECT_THAT(letters, HasSubstr("'abc'"));
   EXPECT_THAT(letters, HasSubstr("database"));
   EXPECT_THAT(parse_error("redis://h/1x"), HasSubstr("'1x'"));
+  const std::string after_port = parse_error("redis://h:6379/abc");
+  EXPECT_THAT(after_port, HasSubstr("database '***'"));
+  EXPECT_THAT(after_port, HasSubstr("hidden: it may be a password"));
 }
 
 TEST(EndpointParseError, NoHost) {
@@ -232,8 +237,7 @@ TEST(EndpointParseError, UnbracketedIpv6) {
 
 TEST(EndpointParseError, QueryString) {
   const std::string message = parse_error("redis://h:6379?timeout=1");
-  EXPECT_THAT(message, HasSubstr("query"));
-  EXPECT_THAT(message, HasSubstr("timeout=1"));
+  EXPECT_THAT(message, HasSubstr("query"));  // what follows the port is hidden: it may be a password
   EXPECT_THAT(parse_error("redis://h:6379/0#frag"), HasSubstr("query"));
 }
 
@@ -389,8 +393,10 @@ TEST(EndpointRedact, MaskUriHidesThePasswordOfAUriThatDoesNotParse) {
 
 // The error for such a URI quotes the "port" in its reason too: hidden there as well.
 TEST(EndpointRedact, ParseErrorOfAUriWithoutAnAtShowsNoPassword) {
+  // A password of up to 5 digits reads as a port; what follows it as a db or query.
   for (const char* uri : {"redis://admin:s3cr3tpw", "redis://:s3cr3tpw", "redis://admin:s3cr3tpw/0",
-                          "redis://h:s3cr3tpw:1"}) {
+                          "redis://h:s3cr3tpw:1", "redis://admin:2024/s3cr3tpw", "redis://:1#s3cr3tpw",
+                          "redis://:1?s3cr3tpw"}) {
     try {
       (void)redlock::Endpoint::parse(uri);
       ADD_FAILURE() << "parsed: " << redlock::Endpoint::mask_uri(uri);
