@@ -208,7 +208,7 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
         continue;
       }
     }
-    if (!connections_[i]->send(command, round, i, late_after)) {
+    if (!connections_[i]->send(command, round, i, late_after, kind == RoundKind::release)) {
       round->record(i, MasterStatus::not_connected, connections_[i]->last_error());
     }
   }

@@ -342,16 +342,17 @@ void Connection::on_handshake_reply(Step step, const redisReply* reply) {
 }
 
 bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag,
-                      std::uint64_t late_after_ns) {
+                      std::uint64_t late_after_ns, bool release) {
   if (state_ == State::disconnected || state_ == State::closed) return false;
   release_late_sinks();
-  if (pending_.size() >= kMaxOutstanding) {
+  const std::size_t factor = release ? kReleaseReserveFactor : 1;
+  if (pending_.size() >= kMaxOutstanding * factor) {
     last_error_ = "backlog of " + std::to_string(pending_.size()) + " commands without a reply";
     return false;
   }
-  if (const std::size_t unsent = unsent_bytes(); unsent + encoded.size() > kMaxUnsentBytes) {
+  if (const std::size_t unsent = unsent_bytes(); unsent + encoded.size() > kMaxUnsentBytes * factor) {
     last_error_ = "backlog of " + std::to_string(unsent) + " bytes the master has not read (over " +
-                  std::to_string(kMaxUnsentBytes) + ")";
+                  std::to_string(kMaxUnsentBytes * factor) + ")";
     return false;
   }
   (state_ == State::ready ? out_ : held_).append(encoded);

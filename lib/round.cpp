@@ -201,7 +201,8 @@ void Round::resend_with_eval(std::uint32_t index) {
   // A resend after the decision (a release's NOSCRIPT) is late from the start: under a
   // backlog it may be dropped like any late command.
   const std::uint64_t late_after = deadline_after(start_ns_, impl_.options_.command_timeout);
-  if (!impl_.connections_[index]->send(command, shared_from_this(), index, late_after) && !decided_ &&
+  if (!impl_.connections_[index]->send(command, shared_from_this(), index, late_after, kind_ == RoundKind::release) &&
+      !decided_ &&
       masters_[index].status == MasterStatus::pending) {
     record(index, MasterStatus::not_connected, impl_.connections_[index]->last_error());
     evaluate();

@@ -104,8 +104,10 @@ class Connection {
   // it, while the backlog is long, the command keeps only its place in the reply order and
   // its reply is read and dropped (the sink is released, so a silent master holds no
   // sender's memory).
+  // `release`: a release (compare-and-delete of our own token) has a reserve of its own past
+  // both bounds, so that the release of a SET accepted just below them is not refused.
   bool send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag,
-            std::uint64_t late_after_ns = 0);
+            std::uint64_t late_after_ns = 0, bool release = false);
 
   // Writes everything queued since the last flush. Called before the loop polls.
   void flush();
@@ -133,6 +135,9 @@ class Connection {
   static constexpr std::size_t kMaxOutstanding = 1u << 16;
   // Encoded bytes the master's socket has not taken yet (ours and libuv's write queue).
   static constexpr std::size_t kMaxUnsentBytes = 1u << 20;
+  // Releases may use this much more of each (every SET below the bounds has room for its
+  // release: a release encodes to a few dozen bytes more than a SET).
+  static constexpr std::size_t kReleaseReserveFactor = 2;
   // Backlog above which late commands give up their sinks; below it a late reply still
   // reaches its sender (a late grant then strengthens its lock).
   static constexpr std::size_t kKeepLateSinksUpTo = 256;
