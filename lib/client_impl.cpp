@@ -200,7 +200,7 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
   // A master whose user may not run the lock paths is never sent a SET, an extend or a
   // fenced acquire (a grant there could not be released). A release still goes: it can only
   // remove our own token, and the ACL may allow it.
-  const bool fenced = kind == RoundKind::fence || (kind == RoundKind::acquire && op->fencing);
+  const bool fenced = touches_fence_counter(kind, op->fencing);
   for (std::uint32_t i = 0; i < size_; ++i) {
     if (kind != RoundKind::release) {
       if (auto why = not_permitted(i, fenced)) {

@@ -111,7 +111,7 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
   }
   if (reply == nullptr) {
     // Queued before the handshake, then refused by the permission check: never sent.
-    const bool fenced = kind_ == RoundKind::fence || (kind_ == RoundKind::acquire && args_.fencing);
+    const bool fenced = touches_fence_counter(kind_, args_.fencing);
     if (auto why = impl_.not_permitted(index, fenced)) {
       record(index, MasterStatus::not_permitted, std::move(*why));
     } else {

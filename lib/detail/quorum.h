@@ -20,6 +20,11 @@ namespace redlock::detail {
 enum class RoundKind : std::uint8_t { acquire, extend, release, fence };
 enum class Verdict : std::uint8_t { undecided, success, failure };
 
+// Whether a round touches the fencing counter: a fence raise, or a fenced acquire.
+[[nodiscard]] constexpr bool touches_fence_counter(RoundKind kind, bool fencing) noexcept {
+  return kind == RoundKind::fence || (kind == RoundKind::acquire && fencing);
+}
+
 [[nodiscard]] constexpr std::uint32_t quorum_of(std::uint32_t masters) noexcept {
   return masters / 2 + 1;
 }
