@@ -3,23 +3,20 @@
 #include <cstdio>
 
 #include "exit_codes.h"
+#include "redlock/errors.h"
 
 namespace redlock_cli {
 namespace {
 
-// A Lock rebuilt from resource + token, for release and extend in a later process. The
-// caller vouches that it holds the lock: the deadline is set one fresh lease ahead (the
-// library never extends a Lock whose deadline has passed); the masters still refuse an
-// extend when the key is gone or carries another token.
-redlock::Lock vouched_lock(const redlock::Client& client, const Settings& settings) {
-  redlock::Lock lock;
-  lock.resource = settings.resource;
-  lock.key = settings.key;
-  lock.token = settings.token;
-  lock.ttl = client.options().ttl;
-  lock.started = client.now();
-  lock.deadline = lock.started + lock.ttl - client.drift(lock.ttl);
-  return lock;
+// The Lock of a token printed earlier, for release and extend in a later process
+// (Client::adopt): its validity is unknown here, and the masters refuse an extend when the
+// key is gone or carries another token. A token not of the library's form is a usage error.
+redlock::Lock adopted_lock(const redlock::Client& client, const Settings& settings) {
+  try {
+    return client.adopt(settings.resource, settings.token);
+  } catch (const redlock::UsageError& error) {
+    throw UsageError(error.what());
+  }
 }
 
 std::string quoted(const Settings& settings) { return "'" + printable(settings.resource) + "'"; }
@@ -66,7 +63,7 @@ int acquire_command(const Settings& settings, const Output& out) {
 int release_command(const Settings& settings, const Output& out) {
   redlock::Client client(settings.client);
   warm_up(client);
-  const redlock::Result result = client.release(vouched_lock(client, settings));
+  const redlock::Result result = client.release(adopted_lock(client, settings));
   const int code = exit_code_for(result);
   if (out.json()) {
     auto object = result_json(result, "release", settings.resource, settings.key, settings.token);
@@ -85,7 +82,7 @@ int release_command(const Settings& settings, const Output& out) {
 int extend_command(const Settings& settings, const Output& out) {
   redlock::Client client(settings.client);
   warm_up(client);
-  const redlock::Result result = client.extend(vouched_lock(client, settings));
+  const redlock::Result result = client.extend(adopted_lock(client, settings));
   const int code = exit_code_for(result);
   if (out.json()) {
     auto object = result_json(result, "extend", settings.resource, settings.key, settings.token);

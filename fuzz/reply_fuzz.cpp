@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "detail/lock_commands.h"
 #include "detail/quorum.h"
 #include "detail/reply_reader.h"
 #include "fuzz_check.h"

@@ -5,7 +5,10 @@
 
 namespace redlock {
 
-using detail::RoundKind;
+using detail::AcquirePart;
+using detail::ExtendPart;
+using detail::Operation;
+using detail::ReleasePart;
 
 Client::Client(ClientOptions options) : impl_(std::make_unique<detail::ClientImpl>(std::move(options))) {}
 Client::~Client() {
@@ -13,46 +16,37 @@ Client::~Client() {
 }
 
 OperationId Client::acquire_async(std::string resource, Callback done, AcquireOptions options) {
-  auto op = std::make_shared<detail::Operation>();
-  op->kind = RoundKind::acquire;
+  auto op = std::make_shared<Operation>();
   op->done = std::move(done);
-  op->key = impl_->options_.key_prefix + resource;
-  op->resource = std::move(resource);
-  op->ttl = options.ttl.value_or(impl_->options_.ttl);
-  op->retries_left = std::max(-1, options.retry_count.value_or(impl_->options_.retry_count));
-  op->fencing = options.fencing;
-  if (options.wait) {
-    op->wait_deadline_ns = detail::deadline_after(detail::now_ns(), *options.wait);
-  }
+  op->key = impl_->options().key_prefix + resource;
+  op->ttl = options.ttl.value_or(impl_->options().ttl);
+  AcquirePart acquire;
+  acquire.resource = std::move(resource);
+  acquire.retries_left = std::max(-1, options.retry_count.value_or(impl_->options().retry_count));
+  acquire.fencing = options.fencing;
+  if (options.wait) acquire.wait_deadline_ns = detail::deadline_after(detail::now_ns(), *options.wait);
+  op->part = std::move(acquire);
   return impl_->submit(std::move(op));
 }
 
 OperationId Client::extend_async(Lock lock, Callback done, std::optional<Milliseconds> ttl) {
-  auto op = std::make_shared<detail::Operation>();
-  op->kind = RoundKind::extend;
+  auto op = std::make_shared<Operation>();
   op->done = std::move(done);
-  op->resource = lock.resource;
   op->key = lock.key;
-  op->token = lock.token;
   op->ttl = ttl.value_or(lock.ttl);
-  op->lock = std::move(lock);
+  op->part = ExtendPart{std::move(lock)};
   return impl_->submit(std::move(op));
 }
 
 OperationId Client::release_async(Lock lock, Callback done) {
-  auto op = std::make_shared<detail::Operation>();
-  op->kind = RoundKind::release;
+  auto op = std::make_shared<Operation>();
   op->done = std::move(done);
-  op->resource = std::move(lock.resource);
   op->key = std::move(lock.key);
-  op->token = std::move(lock.token);
+  op->part = ReleasePart{std::move(lock.token), false, {}};
   return impl_->submit(std::move(op));
 }
 
-void Client::cancel(OperationId id) {
-  detail::ClientImpl* impl = impl_.get();
-  impl->loop_->post([impl, id] { impl->cancel(id); });
-}
+void Client::cancel(OperationId id) { impl_->cancel_soon(id); }
 
 Result Client::acquire(std::string_view resource, AcquireOptions options) {
   return impl_->wait_for([&](Callback done) { acquire_async(std::string(resource), std::move(done), options); });
@@ -66,23 +60,27 @@ Result Client::release(const Lock& lock) {
   return impl_->wait_for([&](Callback done) { release_async(lock, std::move(done)); });
 }
 
+Lock Client::adopt(std::string_view resource, std::string_view token, std::uint64_t fence) const {
+  return impl_->adopt(resource, token, fence);
+}
+
 bool Client::wait_connected(std::size_t count, Milliseconds timeout) {
   return impl_->wait_connected(count, timeout);
 }
 
-std::size_t Client::size() const noexcept { return impl_->size_; }
-std::size_t Client::quorum() const noexcept { return impl_->quorum_; }
-const ClientOptions& Client::options() const noexcept { return impl_->options_; }
-std::vector<std::string> Client::endpoints() const { return impl_->names_; }
+std::size_t Client::size() const noexcept { return impl_->size(); }
+std::size_t Client::quorum() const noexcept { return impl_->quorum(); }
+const ClientOptions& Client::options() const noexcept { return impl_->options(); }
+std::vector<std::string> Client::endpoints() const { return impl_->names(); }
 
 std::chrono::microseconds Client::drift(Milliseconds ttl) const noexcept {
-  return detail::drift_for(ttl, impl_->options_.drift_factor, impl_->options_.drift_constant);
+  return detail::drift_for(ttl, impl_->options().drift_factor, impl_->options().drift_constant);
 }
 
-std::chrono::steady_clock::time_point Client::now() const { return impl_->clock_->now(); }
+std::chrono::steady_clock::time_point Client::now() const { return impl_->clock().now(); }
 
 std::chrono::microseconds Client::remaining(const Lock& lock) const {
-  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(lock.deadline - impl_->clock_->now());
+  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(lock.deadline - impl_->clock().now());
   return std::max(left, std::chrono::microseconds{0});
 }
 

@@ -1,11 +1,14 @@
-// The Client's operations on the loop thread: begin, send rounds, decide, retry, finish.
+// The life of one lock operation on the loop thread: begin, send rounds, decide, grant or
+// retry, finish (detail/client_impl.h).
+#include "detail/client_impl.h"
+
 #include <cstdio>
 #include <future>
-
 #include <utility>
 
-#include "detail/client_impl.h"
+#include "detail/ms_text.h"
 #include "detail/token.h"
+#include "detail/uv_handle.h"
 #include "detail/validation.h"
 #include "redlock/errors.h"
 
@@ -14,12 +17,6 @@ namespace redlock::detail {
 using std::chrono::microseconds;
 
 namespace {
-
-std::string ms_text(microseconds value) {
-  char text[48];
-  std::snprintf(text, sizeof(text), "%.3f ms", static_cast<double>(value.count()) / 1000.0);
-  return text;
-}
 
 // Calls a user callback at the library boundary: its exceptions go no further.
 void call_user(const Callback& done, Result result) noexcept {
@@ -35,38 +32,29 @@ Milliseconds default_max_lock_ttl(Milliseconds ttl) {
   return Milliseconds((seconds + 1) * 1000);
 }
 
+// Validates (throws ConfigError naming the bad value), then fills in the defaults that
+// depend on other fields. Returns the parsed masters.
+std::vector<Endpoint> prepare(ClientOptions& options) {
+  std::vector<Endpoint> endpoints = validate(options);
+  if (options.max_lock_ttl.count() == 0) options.max_lock_ttl = default_max_lock_ttl(options.ttl);
+  return endpoints;
+}
+
 }  // namespace
 
-ClientImpl::ClientImpl(ClientOptions options) : options_(std::move(options)) {
-  endpoints_ = validate(options_);
-  size_ = static_cast<std::uint32_t>(endpoints_.size());
-  quorum_ = quorum_of(size_);
-  if (options_.max_lock_ttl.count() == 0) options_.max_lock_ttl = default_max_lock_ttl(options_.ttl);
-  guard_ns_ = to_ns(options_.max_lock_ttl);
-  for (const auto& ep : endpoints_) names_.push_back(ep.display());
-  clock_ = options_.clock ? options_.clock : std::make_shared<SteadyClock>();
-  views_.resize(size_);
-  loop_ = std::make_unique<EventLoop>(options_.loop);
-
+ClientImpl::ClientImpl(ClientOptions options)
+    : options_(std::move(options)),
+      endpoints_(prepare(options_)),
+      loop_(std::make_unique<EventLoop>(options_.loop)),
+      clock_(options_.clock ? options_.clock : std::make_shared<SteadyClock>()),
+      diagnostics_(endpoints_, options_.on_warning),
+      commands_(options_.key_prefix, options_.fence_key),
+      masters_(*loop_, options_, endpoints_, commands_, diagnostics_),
+      round_context_{*loop_, masters_, commands_, diagnostics_, *clock_, options_.command_timeout} {
   // Connections are created on the loop thread: they register with the loop, which is
-  // already running there.
-  loop_->post([this] {
-    // A Client on a caller's loop may be destroyed before that loop ever ran this task.
-    if (shutting_down_) return;
-    for (std::uint32_t i = 0; i < size_; ++i) {
-      ConnectionOptions co;
-      co.endpoint = endpoints_[i];
-      co.connect_timeout = options_.connect_timeout;
-      co.reconnect_min = options_.reconnect_min;
-      co.reconnect_max = options_.reconnect_max;
-      co.stall_timeout = options_.stall_timeout;
-      co.source_address = options_.source_address;
-      co.handshake_steps = [this] { return handshake_steps(); };
-      connections_.push_back(std::make_unique<Connection>(*loop_, std::move(co)));
-      connections_.back()->on_ready = [this, i] { on_master_ready(i); };
-      connections_.back()->start();
-    }
-  });
+  // already running there. A Client on a caller's loop may be destroyed before that loop
+  // ever ran this task: then the masters are closed and start() does nothing.
+  loop_->post([this] { masters_.start(); });
 }
 
 ClientImpl::~ClientImpl() {
@@ -97,12 +85,13 @@ void ClientImpl::destroy_from_callback(std::unique_ptr<ClientImpl> impl) {
     std::abort();
   }
   impl->shutdown();
-  auto* idle = new uv_idle_t;
-  uv_idle_init(impl->loop_->uv(), idle);
+  // An idle handle runs once on the loop's next iteration, frees the Client, then closes.
+  auto idle = make_uv_handle<uv_idle_t>();
+  uv_idle_init(impl->loop_->uv(), idle.get());
   idle->data = impl.release();
-  uv_idle_start(idle, [](uv_idle_t* handle) {
+  uv_idle_start(idle.release(), [](uv_idle_t* handle) {
     delete static_cast<ClientImpl*>(handle->data);
-    uv_close(reinterpret_cast<uv_handle_t*>(handle), [](uv_handle_t* h) { delete reinterpret_cast<uv_idle_t*>(h); });
+    UvClose<uv_idle_t>{}(handle);
   });
 }
 
@@ -112,10 +101,10 @@ void ClientImpl::shutdown() {
   shutting_down_ = true;
   std::vector<OperationId> live;
   for (auto& [id, op] : operations_) {
-    if (!op->internal) live.push_back(id);
+    if (!op->internal()) live.push_back(id);
   }
   for (const OperationId id : live) cancel(id);
-  for (auto& connection : connections_) connection->close();
+  masters_.close();
   for (auto& [id, op] : operations_) op->round.reset();  // cut op <-> round cycles
   operations_.clear();
   loop_->close();
@@ -133,18 +122,23 @@ OperationId ClientImpl::submit(std::shared_ptr<Operation> op) {
   return id;
 }
 
+void ClientImpl::cancel_soon(OperationId id) {
+  loop_->post([this, id] { cancel(id); });
+}
+
 void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
   Result refused;
   refused.outcome = Outcome::invalid_argument;
-  if (shutting_down_ && !op->internal) {
+  const RoundKind kind = op->kind();
+  if (shutting_down_ && !op->internal()) {
     refused.outcome = Outcome::cancelled;
     refused.message = "the client is shutting down";
-  } else if (op->kind == RoundKind::acquire) {
-    if (auto why = check_resource(op->resource)) refused.message = std::move(*why);
-  } else if (op->key.empty() || op->token.empty()) {
+  } else if (kind == RoundKind::acquire) {
+    if (auto why = check_resource(op->acquire().resource)) refused.message = std::move(*why);
+  } else if (op->key.empty() || op->token().empty()) {
     refused.message = "the Lock has no key or token (was it default-constructed?)";
   }
-  if (refused.message.empty() && op->kind != RoundKind::release) {
+  if (refused.message.empty() && kind != RoundKind::release) {
     if (auto why = check_ttl(options_, op->ttl)) {
       refused.message = std::move(*why);
     } else if (options_.restart_guard && op->ttl > options_.max_lock_ttl) {
@@ -152,7 +146,7 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
                         std::to_string(options_.max_lock_ttl.count()) + " ms, which the restart guard waits out";
     }
   }
-  if (refused.message.empty() && op->kind == RoundKind::extend && op->lock.lost()) {
+  if (refused.message.empty() && kind == RoundKind::extend && op->extend().lock.lost()) {
     refused.outcome = Outcome::lost;
     refused.message = "masters that granted this lock restarted; a lost lock is never extended";
   }
@@ -161,129 +155,116 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
     return;
   }
   operations_.emplace(op->id, op);
-  send_round(op, op->kind);
-}
-
-std::string ClientImpl::encode(RoundKind kind, const RoundArgs& args, bool use_eval) const {
-  switch (kind) {
-    case RoundKind::acquire:
-      if (!args.fencing) return encode_set_nx_px(args.key, args.token, args.ttl.count());
-      return encode_script_call(fenced_acquire_script_, use_eval, {args.key, options_.fence_key},
-                                {args.token, std::to_string(args.ttl.count())});
-    case RoundKind::extend:
-      return encode_script_call(extend_script_, use_eval, {args.key}, {args.token, std::to_string(args.ttl.count())});
-    case RoundKind::release:
-      return encode_script_call(release_script_, use_eval, {args.key}, {args.token});
-    case RoundKind::fence:
-      return encode_script_call(fence_raise_script_, use_eval, {options_.fence_key}, {std::to_string(args.fence)});
-  }
-  return {};
+  send_round(op, kind);
 }
 
 void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind) {
   if (kind != RoundKind::fence) ++op->attempts;  // the fencing round belongs to its acquire's attempt
-  if (kind == RoundKind::acquire) op->token = make_token();
-  auto round = std::make_shared<Round>(*this, op, kind, RoundArgs{op->key, op->token, op->ttl, op->fence, op->fencing});
+  RoundArgs args{kind, op->key, {}, op->ttl, false, 0};
+  std::shared_ptr<LockState> extended;
+  switch (kind) {
+    case RoundKind::acquire:
+      op->acquire().attempt_token = make_token();
+      args.fencing = op->acquire().fencing;
+      break;
+    case RoundKind::fence:
+      args.fencing = true;
+      args.fence = op->acquire().fenced->fence;
+      break;
+    case RoundKind::extend:
+      extended = LockAccess::state(op->extend().lock);
+      break;
+    case RoundKind::release:
+      break;
+  }
+  args.token = op->token();
+  std::weak_ptr<Operation> weak = op;
+  auto round = std::make_shared<Round>(round_context_, std::move(args), std::move(extended), op->internal(),
+                                       [this, weak](Round& decided_round) {
+                                         if (auto live = weak.lock()) decided(live, decided_round);
+                                       });
   op->round = round;
-  const std::string command = encode(kind, round->args_, false);
-  // t0 is taken before the first send: elapsed time is never under-counted.
-  round->started_ = clock_->now();
-  round->start_ns_ = now_ns();
-  if (kind == RoundKind::extend && round->started_ >= op->lock.deadline) {
-    Result expired;
-    expired.outcome = Outcome::validity_expired;
-    expired.message = "the lock's deadline has passed; an expired lock is never extended";
-    finish(op, std::move(expired));
-    return;
-  }
-  const std::uint64_t late_after = deadline_after(round->start_ns_, options_.command_timeout);
-  // A master whose user may not run the lock paths is never sent a SET, an extend or a
-  // fenced acquire (a grant there could not be released). A release still goes: it can only
-  // remove our own token, and the ACL may allow it.
-  const bool fenced = touches_fence_counter(kind, op->fencing);
-  for (std::uint32_t i = 0; i < size_; ++i) {
-    if (kind != RoundKind::release) {
-      if (auto why = not_permitted(i, fenced)) {
-        round->record(i, MasterStatus::not_permitted, std::move(*why));
-        continue;
-      }
-    }
-    if (!connections_[i]->send(command, round, i, late_after, kind == RoundKind::release)) {
-      round->record(i, MasterStatus::not_connected, connections_[i]->last_error());
+  if (kind == RoundKind::extend) {
+    const Lock& lock = op->extend().lock;
+    // An adopted lock's deadline says nothing (its validity is unknown here): the masters
+    // decide whether it is still ours.
+    if (!lock.adopted() && round->sent_at() >= lock.deadline) {
+      round->close();
+      Result expired;
+      expired.outcome = Outcome::validity_expired;
+      expired.message = "the lock's deadline has passed; an expired lock is never extended";
+      finish(op, std::move(expired));
+      return;
     }
   }
-  round->evaluate();
-  if (!round->decided_) {
-    round->deadline_timer_ = loop_->schedule_at(deadline_after(round->start_ns_, options_.command_timeout), [this, round] {
-      round->deadline_timer_ = 0;
-      // Replies already waiting in the sockets count: read them before timing anyone out.
-      loop_->after_io([round] { round->on_deadline(); });
-    });
-  }
+  round->start();
 }
 
-void ClientImpl::decide(Round& round) {
-  round.decided_ = true;
-  if (round.deadline_timer_ != 0) loop_->cancel(std::exchange(round.deadline_timer_, 0));
-  const std::shared_ptr<Operation> op = round.op_;
-  const bool success = round.tally_.verdict() == Verdict::success;
+void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
+  const bool success = round.tally().verdict() == Verdict::success;
+  const std::uint32_t size = masters_.size();
 
   Result result;
-  result.masters = std::move(round.masters_);
+  result.masters = round.take_masters();
   result.attempts = op->attempts;
   if (!success) {
-    result.outcome = round.tally_.failure_outcome();
-    result.message = std::to_string(round.tally_.granted) + " of " + std::to_string(size_) + " masters " +
-                     (round.kind_ == RoundKind::fence ? "acknowledged the fencing token, " : "agreed, ") +
-                     std::to_string(quorum_) + " needed";
+    result.outcome = round.tally().failure_outcome();
+    result.message = std::to_string(round.tally().granted) + " of " + std::to_string(size) + " masters " +
+                     (round.kind() == RoundKind::fence ? "acknowledged the fencing token, " : "agreed, ") +
+                     std::to_string(masters_.quorum()) + " needed";
   }
 
-  switch (round.kind_) {
+  switch (round.kind()) {
     case RoundKind::release:
       if (success) result.outcome = Outcome::released;
-      if (op->internal) warn_failed_release(*op, result);
+      if (op->internal()) warn_failed_release(*op, result);
       finish(op, std::move(result));
       return;
     case RoundKind::extend:
       if (success) {
-        grant(op, round.started_, std::move(result), op->lock.state);
+        grant(op, round.sent_at(), std::move(result), LockAccess::state(op->extend().lock), op->extend().lock.fence);
       } else {
         finish(op, std::move(result));
       }
       return;
     case RoundKind::acquire: {
       if (!success) break;
-      auto state = std::make_shared<LockState>(size_);
-      for (std::uint32_t i = 0; i < size_; ++i) {
+      auto state = std::make_shared<LockState>(size);
+      for (std::uint32_t i = 0; i < size; ++i) {
         if (result.masters[i].status == MasterStatus::ok) {
-          state->epochs[i] = views_[i].epoch;
+          state->epochs[i] = masters_.incarnation(i).epoch;
           ++state->votes;
         }
       }
-      round.granted_ = state;
-      if (!op->fencing) {
-        grant(op, round.started_, std::move(result), std::move(state));
+      round.keep_late_grants(state);
+      AcquirePart& acquire = op->acquire();
+      if (!acquire.fencing) {
+        grant(op, round.sent_at(), std::move(result), std::move(state), 0);
         return;
       }
       // Fencing round 2: raise the counters to the highest value the granting quorum
       // returned; the lock is handed over only once a quorum acknowledged it.
-      op->fence = 0;
-      for (std::uint32_t i = 0; i < size_; ++i) {
+      FencedGrant fenced;
+      for (std::uint32_t i = 0; i < size; ++i) {
         if (result.masters[i].status == MasterStatus::ok) {
-          op->fence = std::max(op->fence, static_cast<std::uint64_t>(round.values_[i]));
+          fenced.fence = std::max(fenced.fence, static_cast<std::uint64_t>(round.counter(i)));
         }
       }
-      op->grant_started = round.started_;
-      op->grant_masters = std::move(result.masters);
-      op->grant_state = std::move(state);
+      fenced.started = round.sent_at();
+      fenced.masters = std::move(result.masters);
+      fenced.state = std::move(state);
+      acquire.fenced = std::move(fenced);
       send_round(op, RoundKind::fence);
       return;
     }
-    case RoundKind::fence:
+    case RoundKind::fence: {
       if (!success) break;
-      result.masters = std::move(op->grant_masters);
-      grant(op, op->grant_started, std::move(result), std::move(op->grant_state));
+      FencedGrant fenced = std::move(*op->acquire().fenced);
+      op->acquire().fenced.reset();
+      result.masters = std::move(fenced.masters);
+      grant(op, fenced.started, std::move(result), std::move(fenced.state), fenced.fence);
       return;
+    }
   }
   fail_attempt(op, std::move(result));
 }
@@ -291,7 +272,8 @@ void ClientImpl::decide(Round& round) {
 // A quorum said yes; the lock is granted if validity is left. Acquire (and its fencing
 // round) and extend end here.
 void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady_clock::time_point started,
-                         Result result, std::shared_ptr<LockState> state) {
+                       Result result, std::shared_ptr<LockState> state, std::uint64_t fence) {
+  const bool acquiring = op->kind() == RoundKind::acquire;
   const auto drift = drift_for(op->ttl, options_.drift_factor, options_.drift_constant);
   const auto deadline = started + op->ttl - drift;
   const auto now = clock_->now();
@@ -300,26 +282,30 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
     result.outcome = Outcome::validity_expired;
     result.message = "a quorum answered after " + ms_text(std::chrono::duration_cast<microseconds>(now - started)) +
                      ", leaving validity " + ms_text(validity) + " (drift allowance " + ms_text(drift) + ")";
-    if (op->kind == RoundKind::acquire) {
+    if (acquiring) {
       fail_attempt(op, std::move(result));
     } else {
       finish(op, std::move(result));
     }
     return;
   }
-  Lock lock = op->kind == RoundKind::extend ? op->lock : Lock{};
-  if (op->kind == RoundKind::acquire) {
-    lock.resource = op->resource;
+  Lock lock;
+  if (acquiring) {
+    const AcquirePart& acquire = op->acquire();
+    lock.resource = acquire.resource;
     lock.key = op->key;
-    lock.token = op->token;
-    lock.fence = op->fencing ? op->fence : 0;
-    lock.state = std::move(state);
-    remember(lock.state);
+    lock.token = acquire.attempt_token;
+    lock.fence = fence;
+    LockAccess::set_state(lock, std::move(state));
+    masters_.remember(LockAccess::state(lock));
+  } else {
+    lock = op->extend().lock;
+    LockAccess::set_adopted(lock, false);  // its validity is known from now on
   }
   lock.ttl = op->ttl;
   lock.started = started;
   lock.deadline = deadline;
-  result.outcome = op->kind == RoundKind::acquire ? Outcome::acquired : Outcome::extended;
+  result.outcome = acquiring ? Outcome::acquired : Outcome::extended;
   result.lock = std::move(lock);
   result.validity = validity;
   result.message.clear();
@@ -328,22 +314,24 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
 
 // A failed acquire attempt: release it everywhere, then retry or give up.
 void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result result) {
+  AcquirePart& acquire = op->acquire();
   // Released on every master, including those that timed out or have not answered: their
   // SET may still land, and this release is queued behind it on the same connection.
-  release_in_background(op->key, op->token, op->ttl);
+  release_in_background(op->key, acquire.attempt_token, op->ttl);
+  acquire.fenced.reset();
   const auto delay_ms = std::max<long long>(
       0, options_.retry_delay.count() + std::uniform_int_distribution<long long>(
                                             -options_.retry_jitter.count(), options_.retry_jitter.count())(jitter_rng_));
   const std::uint64_t retry_at = deadline_after(now_ns(), Milliseconds(delay_ms));
-  const bool within_wait = op->wait_deadline_ns == 0 || retry_at < op->wait_deadline_ns;
-  if (op->retries_left == 0 || !within_wait || shutting_down_) {
+  const bool within_wait = acquire.wait_deadline_ns == 0 || retry_at < acquire.wait_deadline_ns;
+  if (acquire.retries_left == 0 || !within_wait || shutting_down_) {
     finish(op, std::move(result));
     return;
   }
-  if (op->retries_left > 0) --op->retries_left;
-  op->last = std::move(result);
-  op->retry_timer = loop_->schedule_at(retry_at, [this, op] {
-    op->retry_timer = 0;
+  if (acquire.retries_left > 0) --acquire.retries_left;
+  acquire.last = std::move(result);
+  acquire.retry_timer = loop_->schedule_at(retry_at, [this, op] {
+    op->acquire().retry_timer = 0;
     send_round(op, RoundKind::acquire);
   });
 }
@@ -359,21 +347,20 @@ void ClientImpl::finish(const std::shared_ptr<Operation>& op, Result result) {
 // until its ttl, and the next attempts there read held_by_other. Say so. (Timeouts and lost
 // connections are not repeated here: the acquire's own rows showed them.)
 void ClientImpl::warn_failed_release(const Operation& op, const Result& result) const {
+  const auto ttl = std::get<ReleasePart>(op.part).acquired_ttl;
   for (const auto& master : result.masters) {
     if (master.status != MasterStatus::server_error) continue;
-    warn("release of key '" + op.key + "' after a failed acquire was refused by master " + master.endpoint + ": " +
-         master.error + "; the key stays there until its ttl (" + std::to_string(op.ttl.count()) + " ms)");
+    diagnostics_.warn("release of key '" + op.key + "' after a failed acquire was refused by master " +
+                      master.endpoint + ": " + master.error + "; the key stays there until its ttl (" +
+                      std::to_string(ttl.count()) + " ms)");
   }
 }
 
-void ClientImpl::release_in_background(const std::string& key, const std::string& token, Milliseconds ttl) {
+void ClientImpl::release_in_background(const std::string& key, const std::string& token, Milliseconds acquired_ttl) {
   auto op = std::make_shared<Operation>();
-  op->ttl = ttl;  // only for the warning above
   op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
-  op->kind = RoundKind::release;
   op->key = key;
-  op->token = token;
-  op->internal = true;
+  op->part = ReleasePart{token, true, acquired_ttl};
   operations_.emplace(op->id, op);
   send_round(op, RoundKind::release);
 }
@@ -382,19 +369,18 @@ void ClientImpl::cancel(OperationId id) {
   const auto it = operations_.find(id);
   if (it == operations_.end()) return;
   const std::shared_ptr<Operation> op = it->second;
-  if (op->kind != RoundKind::acquire) return;
-  Result result = std::move(op->last);
+  if (op->kind() != RoundKind::acquire) return;
+  AcquirePart& acquire = op->acquire();
+  Result result = std::move(acquire.last);
   result.outcome = Outcome::cancelled;
   result.attempts = op->attempts;
   result.message = shutting_down_ ? "the client is shutting down" : "cancelled by the caller";
-  if (op->retry_timer != 0) {
-    loop_->cancel(std::exchange(op->retry_timer, 0));
-  } else if (op->round && !op->round->decided_) {
-    Round& round = *op->round;
-    round.decided_ = true;
-    if (round.deadline_timer_ != 0) loop_->cancel(std::exchange(round.deadline_timer_, 0));
-    result.masters = std::move(round.masters_);
-    release_in_background(op->key, op->token, op->ttl);
+  if (acquire.retry_timer != 0) {
+    loop_->cancel(std::exchange(acquire.retry_timer, 0));
+  } else if (op->round && !op->round->decided()) {
+    op->round->close();
+    result.masters = op->round->take_masters();
+    release_in_background(op->key, acquire.attempt_token, op->ttl);
   }
   finish(op, std::move(result));
 }
@@ -416,13 +402,7 @@ bool ClientImpl::wait_connected(std::size_t count, Milliseconds timeout) {
   for (;;) {
     auto promise = std::make_shared<std::promise<std::size_t>>();
     auto future = promise->get_future();
-    const bool posted = loop_->post([this, promise] {
-      std::size_t ready = 0;
-      for (const auto& connection : connections_) {
-        if (connection->ready()) ++ready;
-      }
-      promise->set_value(ready);
-    });
+    const bool posted = loop_->post([this, promise] { promise->set_value(masters_.ready_count()); });
     if (!posted) return false;
     if (future.wait_until(give_up) != std::future_status::ready) return false;
     if (future.get() >= count) return true;
@@ -431,26 +411,19 @@ bool ClientImpl::wait_connected(std::size_t count, Milliseconds timeout) {
   }
 }
 
-std::string ClientImpl::shown(std::string_view text) const {
-  std::string out(text);
-  for (const auto& endpoint : endpoints_) out = endpoint.redact(out);
-  if (out.size() > kMaxShownText) {
-    out.resize(kMaxShownText);
-    out += "... (cut)";
-  }
-  return out;
-}
-
-void ClientImpl::warn(const std::string& message) const {
-  const std::string text = shown(message);
-  if (options_.on_warning) {
-    try {
-      options_.on_warning(text);
-    } catch (...) {
-    }
-    return;
-  }
-  std::fprintf(stderr, "redlock: warning: %s\n", text.c_str());
+Lock ClientImpl::adopt(std::string_view resource, std::string_view token, std::uint64_t fence) const {
+  if (auto why = check_resource(resource)) throw UsageError("adopt: " + *why);
+  if (auto why = check_token(token)) throw UsageError("adopt: " + *why);
+  Lock lock;
+  lock.resource = std::string(resource);
+  lock.key = options_.key_prefix + lock.resource;
+  lock.token = std::string(token);
+  lock.ttl = options_.ttl;
+  lock.started = clock_->now();
+  lock.deadline = lock.started;  // validity unknown: nothing may rely on it
+  lock.fence = fence;
+  LockAccess::set_adopted(lock, true);
+  return lock;
 }
 
 }  // namespace redlock::detail

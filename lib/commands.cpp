@@ -1,5 +1,7 @@
 #include "detail/commands.h"
 
+#include "detail/hiredis_ptr.h"
+
 #include <hiredis/hiredis.h>
 #include <openssl/evp.h>
 
@@ -15,7 +17,7 @@ std::string encode(const char** argv, const std::size_t* lengths, int argc) {
   char* raw = nullptr;
   const int size = redisFormatCommandArgv(&raw, argc, argv, lengths);
   if (size < 0 || raw == nullptr) throw std::bad_alloc();
-  const std::unique_ptr<char, void (*)(void*)> owned(raw, &std::free);
+  const FormattedCommandPtr owned(raw);
   return std::string(raw, static_cast<std::size_t>(size));
 }
 

@@ -10,16 +10,20 @@
 #include <utility>
 
 #include "detail/commands.h"
+#include "detail/uv_handle.h"
 
 namespace redlock::detail {
 
+// A TCP handle with its read buffer, owned through UvHandlePtr: the memory lives until
+// libuv's close callback, after the Connection has let go of it.
 struct Connection::Socket {
-  uv_tcp_t tcp{};
+  uv_tcp_t tcp{};  // first: UvClose<Socket> closes it
   uv_connect_t connect_req{};
   Connection* owner = nullptr;  // null once the Connection has let go of this socket
   char read_buffer[64 * 1024];
 };
 
+// A request (not a handle): libuv calls back exactly once, and the callback frees it.
 struct Connection::Resolve {
   uv_getaddrinfo_t req{};
   Connection* owner = nullptr;
@@ -27,6 +31,7 @@ struct Connection::Resolve {
 
 namespace {
 
+// A request (not a handle): libuv calls back exactly once, and the callback frees it.
 struct WriteRequest {
   uv_write_t req{};
   std::string data;
@@ -85,10 +90,10 @@ void Connection::connect() {
     start_tcp(reinterpret_cast<const sockaddr*>(&address));
     return;
   }
-  auto* resolve = new Resolve;
+  auto resolve = std::make_unique<Resolve>();
   resolve->owner = this;
-  resolve->req.data = resolve;
-  resolving_ = resolve;
+  resolve->req.data = resolve.get();
+  resolving_ = resolve.get();
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -96,9 +101,8 @@ void Connection::connect() {
   const int rc = uv_getaddrinfo(
       loop_.uv(), &resolve->req,
       [](uv_getaddrinfo_t* req, int status, addrinfo* result) {
-        auto* self = static_cast<Resolve*>(req->data);
+        const std::unique_ptr<Resolve> self(static_cast<Resolve*>(req->data));
         Connection* owner = self->owner;
-        delete self;
         if (owner == nullptr) {
           if (result != nullptr) uv_freeaddrinfo(result);
           return;
@@ -114,16 +118,17 @@ void Connection::connect() {
       options_.endpoint.host.c_str(), port.c_str(), &hints);
   if (rc < 0) {
     resolving_ = nullptr;
-    delete resolve;
     fail(uv_error("resolve", rc));
+    return;
   }
+  resolve.release();  // the callback frees it
 }
 
 void Connection::start_tcp(const sockaddr* address) {
-  socket_ = new Socket;
+  socket_ = make_uv_handle<Socket>();
   socket_->owner = this;
   uv_tcp_init(loop_.uv(), &socket_->tcp);
-  socket_->tcp.data = socket_;
+  socket_->tcp.data = socket_.get();
   reader_ = std::make_unique<ReplyReader>();
 
   if (!options_.source_address.empty()) {
@@ -398,22 +403,22 @@ void Connection::flush() {
     out_.clear();
     return;
   }
-  auto* request = new WriteRequest;
+  auto request = std::make_unique<WriteRequest>();
   request->data.assign(out_, done);
   out_.clear();
   buf = uv_buf_init(request->data.data(), static_cast<unsigned>(request->data.size()));
   const int rc = uv_write(&request->req, stream, &buf, 1, [](uv_write_t* req, int status) {
-    auto* owned = reinterpret_cast<WriteRequest*>(req);
+    const std::unique_ptr<WriteRequest> owned(reinterpret_cast<WriteRequest*>(req));
     auto* socket = static_cast<Socket*>(req->handle->data);
-    delete owned;
     if (status < 0 && status != UV_ECANCELED && socket->owner != nullptr) {
       socket->owner->fail(uv_error("write", status));
     }
   });
   if (rc < 0) {
-    delete request;
     fail(uv_error("write", rc));
+    return;
   }
+  request.release();  // the callback frees it
 }
 
 void Connection::arm_stall_check() {
@@ -479,9 +484,7 @@ void Connection::close_socket() {
   reader_.reset();
   if (socket_ == nullptr) return;
   socket_->owner = nullptr;
-  uv_close(reinterpret_cast<uv_handle_t*>(&socket_->tcp),
-           [](uv_handle_t* handle) { delete static_cast<Socket*>(handle->data); });
-  socket_ = nullptr;
+  socket_.reset();  // closes the handle; freed in its close callback
 }
 
 void Connection::close() {

@@ -12,12 +12,6 @@
 namespace redlock::detail {
 namespace {
 
-template <class Handle>
-void close_and_delete(Handle* handle) {
-  uv_close(reinterpret_cast<uv_handle_t*>(handle),
-           [](uv_handle_t* h) { delete reinterpret_cast<Handle*>(h); });
-}
-
 // A uv timer fires when the loop's cached millisecond time passes its timeout, which can
 // be up to a millisecond before our nanosecond deadline; treat that as due rather than
 // re-arming for a sub-millisecond remainder.
@@ -29,32 +23,31 @@ EventLoop::EventLoop(uv_loop_t* external) {
   if (external != nullptr) {
     loop_ = external;
   } else {
-    loop_ = new uv_loop_t;
-    if (const int rc = uv_loop_init(loop_); rc != 0) {
-      delete loop_;
+    own_loop_ = std::make_unique<uv_loop_t>();
+    if (const int rc = uv_loop_init(own_loop_.get()); rc != 0) {
       throw std::runtime_error(std::string("uv_loop_init: ") + uv_strerror(rc));
     }
-    own_loop_ = true;
+    loop_ = own_loop_.get();
   }
-  async_ = new uv_async_t;
-  uv_async_init(loop_, async_, &EventLoop::on_async);
+  async_ = make_uv_handle<uv_async_t>();
+  uv_async_init(loop_, async_.get(), &EventLoop::on_async);
   async_->data = this;
-  timer_ = new uv_timer_t;
-  uv_timer_init(loop_, timer_);
+  timer_ = make_uv_handle<uv_timer_t>();
+  uv_timer_init(loop_, timer_.get());
   timer_->data = this;
-  prepare_ = new uv_prepare_t;
-  uv_prepare_init(loop_, prepare_);
+  prepare_ = make_uv_handle<uv_prepare_t>();
+  uv_prepare_init(loop_, prepare_.get());
   prepare_->data = this;
-  uv_prepare_start(prepare_, &EventLoop::on_prepare);
+  uv_prepare_start(prepare_.get(), &EventLoop::on_prepare);
   // The prepare handle must not keep a caller's loop alive on its own.
-  uv_unref(reinterpret_cast<uv_handle_t*>(prepare_));
-  idle_ = new uv_idle_t;
-  uv_idle_init(loop_, idle_);
-  check_ = new uv_check_t;
-  uv_check_init(loop_, check_);
+  uv_unref(reinterpret_cast<uv_handle_t*>(prepare_.get()));
+  idle_ = make_uv_handle<uv_idle_t>();
+  uv_idle_init(loop_, idle_.get());
+  check_ = make_uv_handle<uv_check_t>();
+  uv_check_init(loop_, check_.get());
   check_->data = this;
-  uv_check_start(check_, &EventLoop::on_check);
-  uv_unref(reinterpret_cast<uv_handle_t*>(check_));
+  uv_check_start(check_.get(), &EventLoop::on_check);
+  uv_unref(reinterpret_cast<uv_handle_t*>(check_.get()));
   if (own_loop_) {
     thread_ = std::thread([this] {
       // A write to a master that has gone away raises SIGPIPE in the writing thread; with it
@@ -87,7 +80,6 @@ EventLoop::~EventLoop() {
       uv_run(loop_, UV_RUN_DEFAULT);
       if (uv_loop_close(loop_) != 0) std::fputs("redlock: event loop not closed cleanly\n", stderr);
     }
-    delete loop_;
   }
 }
 
@@ -105,7 +97,7 @@ bool EventLoop::post(Task task) {
   const std::lock_guard guard(queue_mutex_);
   if (closing_) return false;
   queue_.push_back(std::move(task));
-  uv_async_send(async_);
+  uv_async_send(async_.get());
   return true;
 }
 
@@ -142,9 +134,9 @@ void EventLoop::cancel(TimerId id) noexcept {
 }
 
 void EventLoop::arm_timer() {
-  if (timer_ == nullptr) return;
+  if (!timer_) return;
   if (timers_.empty()) {
-    uv_timer_stop(timer_);
+    uv_timer_stop(timer_.get());
     armed_for_ = 0;
     return;
   }
@@ -152,7 +144,7 @@ void EventLoop::arm_timer() {
   const std::uint64_t now = now_ns();
   const std::uint64_t wait_ns = next > now ? next - now : 0;
   const std::uint64_t wait_ms = (wait_ns + 999'999) / 1'000'000;
-  uv_timer_start(timer_, &EventLoop::on_timer, wait_ms, 0);
+  uv_timer_start(timer_.get(), &EventLoop::on_timer, wait_ms, 0);
   armed_for_ = next;
 }
 
@@ -188,13 +180,13 @@ void EventLoop::on_prepare(uv_prepare_t* handle) {
 void EventLoop::after_io(Task task) {
   after_io_.push_back(std::move(task));
   // An active idle handle makes the next poll non-blocking; its callback does nothing.
-  if (after_io_.size() == 1) uv_idle_start(idle_, [](uv_idle_t*) {});
+  if (after_io_.size() == 1) uv_idle_start(idle_.get(), [](uv_idle_t*) {});
 }
 
 void EventLoop::on_check(uv_check_t* handle) {
   auto* self = static_cast<EventLoop*>(handle->data);
   if (self->after_io_.empty()) return;
-  uv_idle_stop(self->idle_);
+  uv_idle_stop(self->idle_.get());
   std::vector<Task> tasks;
   tasks.swap(self->after_io_);
   for (auto& task : tasks) task();
@@ -209,11 +201,12 @@ void EventLoop::close() {
   timers_.clear();
   timer_deadlines_.clear();
   after_io_.clear();
-  if (idle_ != nullptr) close_and_delete(std::exchange(idle_, nullptr));
-  if (check_ != nullptr) close_and_delete(std::exchange(check_, nullptr));
-  if (async_ != nullptr) close_and_delete(std::exchange(async_, nullptr));
-  if (timer_ != nullptr) close_and_delete(std::exchange(timer_, nullptr));
-  if (prepare_ != nullptr) close_and_delete(std::exchange(prepare_, nullptr));
+  // Each is freed once libuv has run its close callback (detail/uv_handle.h).
+  idle_.reset();
+  check_.reset();
+  async_.reset();
+  timer_.reset();
+  prepare_.reset();
 }
 
 }  // namespace redlock::detail

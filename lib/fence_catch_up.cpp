@@ -1,34 +1,43 @@
-// Fencing counter catch-up: a master seen for the first time, or after a restart, may have
-// lost its counter. Before its fencing votes count, raise its counter to the highest value
-// read from enough OTHER masters that any quorum which acknowledged a token shares one with
-// them (N - quorum + 1 of the others; docs/fencing.md has the argument).
+// The fencing counter catch-up (detail/fence_catch_up.h).
+#include "detail/fence_catch_up.h"
+
+#include <hiredis/hiredis.h>
+
 #include <cstdlib>
+#include <memory>
 #include <utility>
 
-#include "detail/client_impl.h"
+#include "detail/event_loop.h"
+#include "detail/lock_commands.h"
+#include "detail/master_set.h"
 
 namespace redlock::detail {
-namespace {
 
-class CatchUp final : public ReplySink, public std::enable_shared_from_this<CatchUp> {
+// One catch-up of one master's incarnation: read the counter on the others, raise it on the
+// target, report to FenceCatchUp::finished.
+class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_from_this<Attempt> {
  public:
-  CatchUp(ClientImpl& impl, std::uint32_t target)
-      : impl_(impl), target_(target), epoch_(impl.views_[target].epoch), needed_(impl.size_ - impl.quorum_ + 1) {}
+  Attempt(FenceCatchUp& owner, std::uint32_t target)
+      : owner_(owner),
+        target_(target),
+        epoch_(owner.masters_.incarnation(target).epoch),
+        needed_(owner.masters_.size() - owner.masters_.quorum() + 1) {}
 
   void start() {
-    const std::string get = encode_command({"GET", impl_.options_.fence_key});
-    for (std::uint32_t i = 0; i < impl_.size_; ++i) {
+    MasterSet& masters = owner_.masters_;
+    const std::string get = owner_.commands_.fence_read();
+    for (std::uint32_t i = 0; i < masters.size(); ++i) {
       if (i == target_) continue;
-      if (impl_.connections_[i]->send(get, shared_from_this(), i)) ++asked_;
+      if (masters.send(i, get, shared_from_this())) ++asked_;
     }
     if (asked_ < needed_) {
-      give_up();
+      finish(false);
       return;
     }
     auto self = shared_from_this();
-    timer_ = impl_.loop_->schedule_at(deadline_after(now_ns(), deadline_ns()), [self] {
+    timer_ = owner_.loop_.schedule_after(owner_.options_.connect_timeout, [self] {
       self->timer_ = 0;
-      if (!self->done_) self->give_up();
+      if (!self->done_) self->finish(false);
     });
   }
 
@@ -48,49 +57,22 @@ class CatchUp final : public ReplySink, public std::enable_shared_from_this<Catc
     }
     if (read_ == needed_ && !raising_) {
       raising_ = true;
-      RoundArgs args;
-      args.fence = highest_;
-      const std::string raise = impl_.encode(RoundKind::fence, args, true);
-      if (!impl_.connections_[target_]->send(raise, shared_from_this(), target_)) give_up();
+      if (!owner_.masters_.send(target_, owner_.commands_.fence_raise(highest_, true), shared_from_this())) {
+        finish(false);
+      }
     } else if (answered_ == asked_ && read_ < needed_) {
-      give_up();
+      finish(false);
     }
   }
 
  private:
-  std::uint64_t deadline_ns() const { return to_ns(impl_.options_.connect_timeout); }
-
   void finish(bool raised) {
     done_ = true;
-    if (timer_ != 0) impl_.loop_->cancel(std::exchange(timer_, 0));
-    MasterView& view = impl_.views_[target_];
-    view.catch_up_running = false;
-    if (view.epoch != epoch_) {  // restarted again meanwhile: catch up the new incarnation
-      impl_.catch_up(target_);
-      return;
-    }
-    if (raised) {
-      view.fence_ready = true;
-      return;
-    }
-    retry();
+    if (timer_ != 0) owner_.loop_.cancel(std::exchange(timer_, 0));
+    owner_.finished(target_, epoch_, raised);
   }
 
-  void give_up() { finish(false); }
-
-  void retry() {
-    if (impl_.shutting_down_) return;
-    ClientImpl* impl = &impl_;
-    const std::uint32_t target = target_;
-    const std::uint32_t epoch = epoch_;
-    impl_.loop_->schedule_after(impl_.options_.reconnect_min, [impl, target, epoch] {
-      if (impl->views_[target].epoch == epoch && !impl->views_[target].fence_ready) {
-        impl->catch_up(target);
-      }
-    });
-  }
-
-  ClientImpl& impl_;
+  FenceCatchUp& owner_;
   const std::uint32_t target_;
   const std::uint32_t epoch_;
   const std::uint32_t needed_;
@@ -103,32 +85,67 @@ class CatchUp final : public ReplySink, public std::enable_shared_from_this<Catc
   EventLoop::TimerId timer_ = 0;
 };
 
-}  // namespace
+FenceCatchUp::FenceCatchUp(MasterSet& masters, EventLoop& loop, const LockCommands& commands,
+                           const ClientOptions& options)
+    : masters_(masters), loop_(loop), commands_(commands), options_(options), masters_state_(masters.size()) {}
 
-void ClientImpl::catch_up(std::uint32_t index) {
-  MasterView& view = views_[index];
-  if (size_ == 1) {
+void FenceCatchUp::on_new_incarnation(std::uint32_t index) {
+  State& state = masters_state_[index];
+  state.ready = false;
+  if (options_.fence_catch_up) {
+    // Waits one command deadline first (docs/fencing.md, assumption A3).
+    start(index);
+  } else {
+    state.ready = true;
+  }
+}
+
+void FenceCatchUp::on_reconnect(std::uint32_t index) {
+  if (options_.fence_catch_up && !masters_state_[index].ready) start(index);
+}
+
+void FenceCatchUp::start(std::uint32_t index) {
+  State& state = masters_state_[index];
+  if (masters_.size() == 1) {
     // Nothing to read from: a single master's counter is only as durable as the master.
-    view.fence_ready = true;
+    state.ready = true;
     return;
   }
-  if (view.catch_up_running || view.fence_ready || shutting_down_) return;
+  if (state.running || state.ready || masters_.closed()) return;
   // This user may not raise the counter here: retrying cannot help before a reconnect
-  // proves otherwise (on_master_ready starts it again then).
-  if (not_permitted(index, true)) return;
+  // proves otherwise (on_reconnect starts it again then).
+  if (masters_.not_permitted(index, true)) return;
   // A3: the reads go out at least one command deadline after this incarnation was seen, so
   // a round-2 raise another client counted before the restart has executed where we read.
   // Every path into a catch-up (first sight, a restart during a catch-up, a retry) waits here.
-  const std::uint64_t not_before = deadline_after(view.epoch_seen_ns, options_.command_timeout);
+  const Incarnation& incarnation = masters_.incarnation(index);
+  const std::uint64_t not_before = deadline_after(incarnation.seen_ns, options_.command_timeout);
   if (now_ns() < not_before) {
-    const std::uint32_t epoch = view.epoch;
-    loop_->schedule_at(not_before, [this, index, epoch] {
-      if (views_[index].epoch == epoch) catch_up(index);
+    const std::uint32_t epoch = incarnation.epoch;
+    loop_.schedule_at(not_before, [this, index, epoch] {
+      if (masters_.incarnation(index).epoch == epoch) start(index);
     });
     return;
   }
-  view.catch_up_running = true;
-  std::make_shared<CatchUp>(*this, index)->start();
+  state.running = true;
+  std::make_shared<Attempt>(*this, index)->start();
+}
+
+void FenceCatchUp::finished(std::uint32_t index, std::uint32_t epoch, bool raised) {
+  State& state = masters_state_[index];
+  state.running = false;
+  if (masters_.incarnation(index).epoch != epoch) {  // restarted again meanwhile: catch up the new incarnation
+    start(index);
+    return;
+  }
+  if (raised) {
+    state.ready = true;
+    return;
+  }
+  if (masters_.closed()) return;
+  loop_.schedule_after(options_.reconnect_min, [this, index, epoch] {
+    if (masters_.incarnation(index).epoch == epoch && !masters_state_[index].ready) start(index);
+  });
 }
 
 }  // namespace redlock::detail

@@ -17,11 +17,9 @@ namespace {
 // is through a reader created with them. Copied once; our table delegates to the copy.
 const redisReplyObjectFunctions& hiredis_functions() {
   static const redisReplyObjectFunctions functions = [] {
-    redisReader* probe = redisReaderCreate();
+    const ReaderPtr probe(redisReaderCreate());
     if (probe == nullptr || probe->fn == nullptr) throw std::bad_alloc();
-    const redisReplyObjectFunctions copy = *probe->fn;
-    redisReaderFree(probe);
-    return copy;
+    return *probe->fn;
   }();
   return functions;
 }
@@ -47,9 +45,7 @@ bool has_crlf(const char* data, std::size_t size, bool after_cr) {
 
 }  // namespace
 
-void ReplyDeleter::operator()(redisReply* reply) const noexcept { freeReplyObject(reply); }
 
-void ReplyReader::ReaderDeleter::operator()(redisReader* reader) const noexcept { redisReaderFree(reader); }
 
 ReplyReader::ReplyReader(ReplyLimits limits) : limits_(limits) {
   // hiredis scans lines with an int index: keep every buffer well inside that.

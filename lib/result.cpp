@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "detail/ms_text.h"
+
 namespace redlock {
 
 std::string_view to_string(Outcome outcome) noexcept {
@@ -47,8 +49,7 @@ std::string format_result(const Result& result) {
                 result.attempts, result.attempts == 1 ? "" : "s");
   out += line;
   if (result.ok() && result.validity.count() > 0) {
-    std::snprintf(line, sizeof(line), ", validity %.3f ms", static_cast<double>(result.validity.count()) / 1000.0);
-    out += line;
+    out += ", validity " + detail::ms_text(result.validity);
   }
   if (!result.message.empty()) out += " (" + result.message + ")";
   out += "\n";
@@ -58,12 +59,10 @@ std::string format_result(const Result& result) {
                 "latency", "detail");
   out += line;
   for (const auto& m : result.masters) {
-    char latency[32] = "-";
-    if (m.status != MasterStatus::pending && m.latency.count() > 0) {
-      std::snprintf(latency, sizeof(latency), "%.3f ms", static_cast<double>(m.latency.count()) / 1000.0);
-    }
+    const std::string latency =
+        m.status != MasterStatus::pending && m.latency.count() > 0 ? detail::ms_text(m.latency) : "-";
     std::snprintf(line, sizeof(line), "  %-*s  %-14s  %10s  ", static_cast<int>(width), m.endpoint.c_str(),
-                  std::string(to_string(m.status)).c_str(), latency);
+                  std::string(to_string(m.status)).c_str(), latency.c_str());
     out += line;
     out += m.error;  // any length: appended, not formatted into the fixed buffer
     out += "\n";

@@ -1,82 +1,71 @@
-// One round of a lock operation: classify each master's reply as a vote, decide early.
+// One round of a lock operation (detail/round.h): send, classify each reply as a vote,
+// decide early, close.
+#include "detail/round.h"
+
 #include <algorithm>
 
-#include "detail/client_impl.h"
+#include "detail/diagnostics.h"
+#include "detail/master_set.h"
 
 namespace redlock::detail {
-namespace {
 
-
-bool starts_with(const redisReply* reply, std::string_view prefix) {
-  return reply->len >= prefix.size() && std::string_view(reply->str, prefix.size()) == prefix;
+Round::Round(const RoundContext& context, RoundArgs args, std::shared_ptr<LockState> extended, bool hear_everyone,
+             OnDecided on_decided)
+    : context_(context),
+      args_(std::move(args)),
+      extended_(std::move(extended)),
+      hear_everyone_(hear_everyone),
+      on_decided_(std::move(on_decided)),
+      sent_at_(context.clock.now()),
+      sent_ns_(now_ns()),
+      tally_{args_.kind, context.masters.size()} {
+  const std::uint32_t size = context.masters.size();
+  masters_.resize(size);
+  eval_sent_.resize(size);
+  if (args_.kind == RoundKind::acquire && args_.fencing) counters_.resize(size);
+  for (std::uint32_t i = 0; i < size; ++i) masters_[i].endpoint = context.masters.names()[i];
 }
 
-bool is_noscript(const redisReply* reply) {
-  return reply != nullptr && reply->type == REDIS_REPLY_ERROR && starts_with(reply, "NOSCRIPT");
-}
+std::uint64_t Round::late_after_ns() const noexcept { return deadline_after(sent_ns_, context_.command_timeout); }
 
-std::string describe_unexpected(const redisReply* reply) {
-  switch (reply->type) {
-    case REDIS_REPLY_STRING:
-    case REDIS_REPLY_STATUS:
-      return "unexpected reply '" + std::string(reply->str, std::min<std::size_t>(reply->len, 64)) + "'";
-    case REDIS_REPLY_INTEGER:
-      return "unexpected integer reply " + std::to_string(reply->integer);
-    case REDIS_REPLY_NIL:
-      return "unexpected nil reply";
-    case REDIS_REPLY_ARRAY:
-      return "unexpected array reply";
-    default:
-      return "unexpected reply type " + std::to_string(reply->type);
-  }
-}
-
-}  // namespace
-
-ReplyVote classify_reply(RoundKind kind, bool fencing, std::uint64_t fence, const redisReply& reply) {
-  ReplyVote vote;
-  if (reply.type == REDIS_REPLY_ERROR) {
-    // A row with server_error must say what went wrong, even when the master said nothing.
-    vote.error = reply.len > 0 ? std::string(reply.str, reply.len) : std::string("empty error reply");
-    return vote;
-  }
-  const bool fenced_acquire = kind == RoundKind::acquire && fencing;
-  if (kind == RoundKind::acquire && !fenced_acquire) {
-    if (reply.type == REDIS_REPLY_STATUS && reply.len == 2 && starts_with(&reply, "OK")) {
-      vote.status = MasterStatus::ok;
-    } else if (reply.type == REDIS_REPLY_NIL) {
-      vote.status = MasterStatus::held_by_other;
+void Round::start() {
+  MasterSet& masters = context_.masters;
+  const std::string command = context_.commands.encode(args_, false);
+  const std::uint64_t late_after = late_after_ns();
+  const bool release = args_.kind == RoundKind::release;
+  // A master whose user may not run the lock paths is never sent a SET, an extend or a
+  // fenced acquire (a grant there could not be released). A release still goes: it can only
+  // remove our own token, and the ACL may allow it.
+  const bool fenced = touches_fence_counter(args_.kind, args_.fencing);
+  for (std::uint32_t i = 0; i < masters.size(); ++i) {
+    if (!release) {
+      if (auto why = masters.not_permitted(i, fenced)) {
+        record(i, MasterStatus::not_permitted, std::move(*why));
+        continue;
+      }
     }
-  } else if (fenced_acquire) {
-    if (reply.type == REDIS_REPLY_INTEGER && reply.integer > 0) {
-      vote.status = MasterStatus::ok;
-      vote.counter = reply.integer;
-    } else if (reply.type == REDIS_REPLY_NIL) {
-      vote.status = MasterStatus::held_by_other;
+    if (!masters.send(i, command, shared_from_this(), late_after, release)) {
+      record(i, MasterStatus::not_connected, masters.last_error(i));
     }
-  } else if (kind == RoundKind::fence) {
-    if (reply.type == REDIS_REPLY_INTEGER && reply.integer >= 0 && static_cast<std::uint64_t>(reply.integer) >= fence) {
-      vote.status = MasterStatus::ok;
-    }
-  } else if (reply.type == REDIS_REPLY_INTEGER && reply.integer >= -1 && reply.integer <= 1) {
-    static constexpr MasterStatus kByValue[] = {MasterStatus::held_by_other, MasterStatus::not_found,
-                                                MasterStatus::ok};
-    vote.status = kByValue[reply.integer + 1];
   }
-  if (vote.status == MasterStatus::server_error) vote.error = describe_unexpected(&reply);
-  return vote;
+  evaluate();
+  if (decided_) return;
+  auto self = shared_from_this();
+  deadline_timer_ = context_.loop.schedule_at(late_after, [self] {
+    self->deadline_timer_ = 0;
+    // Replies already waiting in the sockets count: read them before timing anyone out.
+    self->context_.loop.after_io([self] { self->on_deadline(); });
+  });
 }
 
-Round::Round(ClientImpl& impl, std::shared_ptr<Operation> op, RoundKind kind, RoundArgs args)
-    : impl_(impl), op_(std::move(op)), kind_(kind), args_(std::move(args)), tally_{kind, impl.size_} {
-  masters_.resize(impl.size_);
-  eval_sent_.resize(impl.size_);
-  if (kind == RoundKind::acquire && args_.fencing) values_.resize(impl.size_);
-  for (std::uint32_t i = 0; i < impl.size_; ++i) masters_[i].endpoint = impl.names_[i];
+void Round::close() {
+  decided_ = true;
+  on_decided_ = nullptr;
+  if (deadline_timer_ != 0) context_.loop.cancel(std::exchange(deadline_timer_, 0));
 }
 
 void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) {
-  if (is_noscript(reply) && !eval_sent_[index] && (!decided_ || kind_ == RoundKind::release)) {
+  if (is_noscript(reply) && !eval_sent_[index] && (!decided_ || args_.kind == RoundKind::release)) {
     // The script cache was flushed (or the master restarted) since the handshake loaded
     // it: nothing ran. A release is answered even after the decision: it must still land.
     // A decided acquire, extend or fence round is not: its command would now run after
@@ -84,13 +73,13 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
     resend_with_eval(index);
     return;
   }
-  if (kind_ == RoundKind::fence && reply != nullptr && !decided_ && masters_[index].status == MasterStatus::pending &&
-      now_ns() > deadline_after(start_ns_, impl_.options_.command_timeout)) {
+  if (args_.kind == RoundKind::fence && reply != nullptr && !decided_ &&
+      masters_[index].status == MasterStatus::pending && now_ns() > late_after_ns()) {
     // docs/fencing.md, A3: an acknowledged raise executed within one command deadline of
     // being sent. A reply read later (the loop was busy, the master slow) may have executed
     // later too, so it is not an acknowledgement, even if the deadline timer has not run yet.
     record(index, MasterStatus::timeout,
-           "acknowledged after the " + std::to_string(impl_.options_.command_timeout.count()) +
+           "acknowledged after the " + std::to_string(context_.command_timeout.count()) +
                " ms deadline: a fencing round counts only replies read in time");
     evaluate();
     return;
@@ -103,7 +92,7 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
     if (granted_ && reply != nullptr && !is_noscript(reply)) {
       std::string error;
       if (classify(index, reply, error) == MasterStatus::ok && granted_->epochs[index] == 0) {
-        granted_->epochs[index] = impl_.views_[index].epoch;
+        granted_->epochs[index] = context_.masters.incarnation(index).epoch;
         ++granted_->votes;
       }
     }
@@ -111,8 +100,7 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
   }
   if (reply == nullptr) {
     // Queued before the handshake, then refused by the permission check: never sent.
-    const bool fenced = touches_fence_counter(kind_, args_.fencing);
-    if (auto why = impl_.not_permitted(index, fenced)) {
+    if (auto why = context_.masters.not_permitted(index, touches_fence_counter(args_.kind, args_.fencing))) {
       record(index, MasterStatus::not_permitted, std::move(*why));
     } else {
       record(index, MasterStatus::not_connected, std::string(failure));
@@ -128,37 +116,38 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
 // What one reply means for this round's kind. A grant from a master the restart guard (or
 // the fencing catch-up) does not count yet is `not_counted`.
 MasterStatus Round::classify(std::uint32_t index, const redisReply* reply, std::string& error) {
-  ReplyVote vote = classify_reply(kind_, args_.fencing, args_.fence, *reply);
-  if (vote.status == MasterStatus::ok && kind_ == RoundKind::acquire && args_.fencing) {
-    values_[index] = vote.counter;
+  ReplyVote vote = classify_reply(args_.kind, args_.fencing, args_.fence, *reply);
+  if (vote.status == MasterStatus::ok && args_.kind == RoundKind::acquire && args_.fencing) {
+    counters_[index] = vote.counter;
   }
-  if (vote.status != MasterStatus::ok || kind_ == RoundKind::release) {
+  if (vote.status != MasterStatus::ok || args_.kind == RoundKind::release) {
     error = std::move(vote.error);
     return vote.status;
   }
 
   // A grant (acquire, extend, fence): is it a vote?
-  if (auto why = impl_.not_counted(index, op_->fencing)) {
+  const MasterSet& masters = context_.masters;
+  if (auto why = masters.not_counted(index, touches_fence_counter(args_.kind, args_.fencing))) {
     error = std::move(*why);
     return MasterStatus::not_counted;
   }
   if (twin_voted(index)) {
-    error = "same server (run_id " + impl_.views_[index].run_id + ") as another master that already voted";
+    error = "same server (run_id " + masters.incarnation(index).run_id + ") as another master that already voted";
     return MasterStatus::not_counted;
   }
-  if (kind_ == RoundKind::extend && impl_.options_.restart_guard && op_->lock.state &&
-      op_->lock.state->epochs[index] != impl_.views_[index].epoch) {
-    error = op_->lock.state->epochs[index] == 0 ? "did not grant this lock"
-                                                : "restarted since it granted this lock (restart guard)";
+  if (args_.kind == RoundKind::extend && masters.restart_guard_enabled() && extended_ &&
+      extended_->epochs[index] != masters.incarnation(index).epoch) {
+    error = extended_->epochs[index] == 0 ? "did not grant this lock"
+                                          : "restarted since it granted this lock (restart guard)";
     return MasterStatus::not_counted;
   }
-  if (auto rule = impl_.counted_because(index)) error = std::move(*rule);
+  if (auto rule = masters.counted_because(index)) error = std::move(*rule);
   return MasterStatus::ok;
 }
 
 bool Round::twin_voted(std::uint32_t index) const {
-  for (std::uint32_t other = 0; other < impl_.size_; ++other) {
-    if (!impl_.same_server(index, other)) continue;
+  for (std::uint32_t other = 0; other < context_.masters.size(); ++other) {
+    if (!context_.masters.same_server(index, other)) continue;
     // Before the decision the round's own rows say who voted; after it (a late reply) the
     // lock's bookkeeping does.
     if (!decided_ && masters_[other].status == MasterStatus::ok) return true;
@@ -170,25 +159,25 @@ bool Round::twin_voted(std::uint32_t index) const {
 void Round::record(std::uint32_t index, MasterStatus status, std::string error) {
   auto& master = masters_[index];
   master.status = status;
-  master.error = impl_.shown(error);
-  master.latency = std::chrono::microseconds((now_ns() - start_ns_) / 1000u);
+  master.error = context_.diagnostics.shown(error);
+  master.latency = std::chrono::microseconds((now_ns() - sent_ns_) / 1000u);
   tally_.add(status);
 }
 
 void Round::evaluate() {
   if (decided_ || tally_.verdict() == Verdict::undecided) return;
-  // The library's own release after a failed acquire has no caller waiting: it hears every
-  // master out (or its deadline), so that a refusal is warned about (warn_failed_release).
-  if (op_->internal && std::any_of(masters_.begin(), masters_.end(),
-                                   [](const MasterResult& m) { return m.status == MasterStatus::pending; })) {
+  if (hear_everyone_ && std::any_of(masters_.begin(), masters_.end(),
+                                    [](const MasterResult& m) { return m.status == MasterStatus::pending; })) {
     return;
   }
-  impl_.decide(*this);
+  OnDecided on_decided = std::move(on_decided_);
+  close();
+  if (on_decided) on_decided(*this);
 }
 
 void Round::on_deadline() {
   if (decided_) return;
-  const std::string why = "no reply within " + std::to_string(impl_.options_.command_timeout.count()) + " ms";
+  const std::string why = "no reply within " + std::to_string(context_.command_timeout.count()) + " ms";
   for (std::uint32_t i = 0; i < masters_.size(); ++i) {
     if (masters_[i].status == MasterStatus::pending) record(i, MasterStatus::timeout, why);
   }
@@ -197,14 +186,13 @@ void Round::on_deadline() {
 
 void Round::resend_with_eval(std::uint32_t index) {
   eval_sent_[index] = true;
-  const std::string command = impl_.encode(kind_, args_, true);
+  const std::string command = context_.commands.encode(args_, true);
   // A resend after the decision (a release's NOSCRIPT) is late from the start: under a
   // backlog it may be dropped like any late command.
-  const std::uint64_t late_after = deadline_after(start_ns_, impl_.options_.command_timeout);
-  if (!impl_.connections_[index]->send(command, shared_from_this(), index, late_after, kind_ == RoundKind::release) &&
-      !decided_ &&
+  const bool release = args_.kind == RoundKind::release;
+  if (!context_.masters.send(index, command, shared_from_this(), late_after_ns(), release) && !decided_ &&
       masters_[index].status == MasterStatus::pending) {
-    record(index, MasterStatus::not_connected, impl_.connections_[index]->last_error());
+    record(index, MasterStatus::not_connected, context_.masters.last_error(index));
     evaluate();
   }
 }

@@ -7,19 +7,15 @@
 #include <cstdio>
 #include <unordered_set>
 
+#include "detail/ms_text.h"
 #include "detail/quorum.h"
+#include "detail/token.h"
 #include "redlock/errors.h"
 
 namespace redlock::detail {
 namespace {
 
 std::string ms(Milliseconds value) { return std::to_string(value.count()) + " ms"; }
-
-std::string us_as_ms(std::chrono::microseconds value) {
-  char text[48];
-  std::snprintf(text, sizeof(text), "%.3f ms", static_cast<double>(value.count()) / 1000.0);
-  return text;
-}
 
 void require(bool condition, const std::string& message) {
   if (!condition) throw ConfigError(message);
@@ -58,7 +54,7 @@ std::optional<std::string> check_ttl(const ClientOptions& options, Milliseconds 
   const auto drift = drift_for(ttl, options.drift_factor, options.drift_constant);
   const auto usable = std::chrono::duration_cast<std::chrono::microseconds>(ttl) - drift;
   if (usable <= options.min_validity) {
-    return "ttl " + ms(ttl) + " is not larger than the drift allowance " + us_as_ms(drift) +
+    return "ttl " + ms(ttl) + " is not larger than the drift allowance " + ms_text(drift) +
            " (ttl * drift_factor + drift_constant) plus min_validity " + ms(options.min_validity);
   }
   return std::nullopt;
@@ -71,6 +67,14 @@ std::optional<std::string> check_resource(std::string_view resource) {
            " bytes, more than the maximum " + std::to_string(kMaxResourceSize);
   }
   return std::nullopt;
+}
+
+std::optional<std::string> check_token(std::string_view token) {
+  const bool hex = std::all_of(token.begin(), token.end(),
+                               [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  if (token.size() == 2 * kTokenBytes && hex) return std::nullopt;
+  return "token '" + excerpt(token) + "' (" + std::to_string(token.size()) + " bytes) is not an owner token: " +
+         std::to_string(2 * kTokenBytes) + " lowercase hex digits, as acquire returns them";
 }
 
 std::vector<Endpoint> validate(const ClientOptions& options) {

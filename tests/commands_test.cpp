@@ -1,6 +1,6 @@
 // Tests for the RESP encoding of the lock's commands (lib/detail/commands.h), the Lua
 // scripts (checked against a real redis-server), and owner tokens (lib/detail/token.h).
-#include "detail/commands.h"
+#include "detail/lock_commands.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -13,7 +13,7 @@
 
 #include <atomic>
 
-#include "detail/commands.h"
+#include "detail/lock_commands.h"
 #include "support/fenced_store.h"
 #include "tcp_proxy.h"
 #include "test_util.h"

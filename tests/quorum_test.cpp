@@ -1,6 +1,7 @@
 // Tests for the I/O-free vote counting of one round (redlock::detail::Tally), quorum_of,
 // the drift allowance drift_for and what one reply says (classify_reply), as documented in
 // lib/detail/quorum.h.
+#include "detail/lock_commands.h"
 #include "detail/quorum.h"
 
 #include <gtest/gtest.h>

@@ -73,6 +73,17 @@ class Client {
   // Release: one round of compare-and-delete on every master.
   Result release(const Lock& lock);
 
+  // A Lock for a token this library printed earlier, e.g. by `redlock acquire` in another
+  // process, so that this Client can extend or release it. Throws UsageError naming the bad
+  // resource or token (a token is 32 lowercase hex digits). Its ttl is options().ttl (what an
+  // extend sets unless given another) and `fence` is the fencing token it was granted with,
+  // if any. Its validity is unknown here: `started` and `deadline` are now, remaining() is 0
+  // and adopted() is true until an extend of it succeeds; unlike a granted Lock it may be
+  // extended whatever its deadline says (the masters refuse if the key is gone or holds
+  // another token, and never recreate it). lost() stays false: the Client does not know
+  // which masters granted it.
+  [[nodiscard]] Lock adopt(std::string_view resource, std::string_view token, std::uint64_t fence = 0) const;
+
   // Blocks until at least `count` masters are connected (and authenticated), or `timeout`
   // passes. (A master's fencing votes count a little later, once its counter is caught up:
   // see docs/fencing.md.) Returns whether they are. Useful before a first, latency-sensitive acquire.

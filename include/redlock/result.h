@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "redlock/lock.h"
+
 namespace redlock {
 
 enum class Outcome : std::uint8_t {
@@ -53,29 +55,6 @@ struct MasterResult {
   MasterStatus status = MasterStatus::pending;
   std::string error;                     // server error text or connection problem
   std::chrono::microseconds latency{0};  // send to reply (0 when not answered)
-};
-
-class LockState;  // shared by the copies of a Lock and the Client that granted it
-
-// A held lock: what release and extend need. A plain value; copying it does not copy
-// ownership in Redis, it only names it.
-struct Lock {
-  std::string resource;  // as given by the caller
-  std::string key;       // key_prefix + resource
-  std::string token;     // random owner token (>= 128 bits from getrandom, hex)
-  std::chrono::milliseconds ttl{0};
-  // Monotonic (Client clock) instants: when the granting round was sent, and when the
-  // lease stops being safe to rely on: started + ttl - drift.
-  std::chrono::steady_clock::time_point started{};
-  std::chrono::steady_clock::time_point deadline{};
-  // Fencing token when the acquire asked for one (AcquireOptions::fencing), else 0.
-  std::uint64_t fence = 0;
-  // Which masters granted it, and whether it is known lost; maintained by the Client.
-  std::shared_ptr<LockState> state;
-
-  // True once the Client learned that masters which granted this lock restarted (restart
-  // guard) so that fewer than a quorum still vouch for it. A lost lock is never extended.
-  [[nodiscard]] bool lost() const noexcept;
 };
 
 struct Result {

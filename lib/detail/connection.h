@@ -24,6 +24,8 @@
 
 #include "detail/event_loop.h"
 #include "detail/reply_reader.h"
+#include "detail/server_info.h"
+#include "detail/uv_handle.h"
 #include "redlock/options.h"
 
 struct redisReply;
@@ -36,38 +38,6 @@ class ReplySink {
  public:
   virtual ~ReplySink() = default;
   virtual void on_reply(std::uint32_t tag, const redisReply* reply, std::string_view failure) = 0;
-};
-
-// What the handshake learned about the server (INFO server, CONFIG GET, the permission
-// check), for the restart guard, the fencing counter and which commands may be sent.
-// Replaced on every connect.
-struct ServerInfo {
-  std::string run_id;  // empty if INFO failed (see error)
-  // The latest instant the server can have started, on now_ns(): when INFO was read minus
-  // (uptime_in_seconds - 1). Redis derives uptime from whole wall-clock seconds, so it
-  // over-reports by up to 1 s; and it trusts the server's wall clock (see restart_guard.cpp).
-  std::uint64_t started_ns = 0;
-  // CONFIG GET results; empty where the server (or an ACL) refused CONFIG GET.
-  std::string maxmemory_policy;
-  std::string appendonly;   // "yes" / "no"
-  std::string appendfsync;  // "always" / "everysec" / "no"
-  std::string error;        // why run_id is unknown
-  // The permission check (ClientImpl::handshake_steps, docs/permissions.md): why this
-  // connection's user may not run the lock paths, or the fencing paths; empty when proven
-  // (the fencing part also when the server cannot tell: Redis before 7.0).
-  std::string not_permitted;
-  std::string fence_not_permitted;
-
-  // Loses no acknowledged write on restart: every write is in the AOF, fsynced before
-  // the reply. Only what CONFIG GET said; unknown counts as not durable.
-  [[nodiscard]] bool durable() const noexcept { return appendonly == "yes" && appendfsync == "always"; }
-};
-
-// One command the connection sends in every handshake after INFO and CONFIG GET, and what
-// its reply means: `check` may record in ServerInfo what the reply showed.
-struct HandshakeStep {
-  std::string encoded;
-  std::function<void(const redisReply& reply, ServerInfo& info)> check;
 };
 
 struct ConnectionOptions {
@@ -183,8 +153,9 @@ class Connection {
   const std::string name_;
   State state_ = State::disconnected;
   std::string last_error_ = "not connected yet";
-  Socket* socket_ = nullptr;  // heap; frees itself in its close callback
-  Resolve* resolving_ = nullptr;  // heap; frees itself in its callback
+  // The current socket (see detail/uv_handle.h); null while disconnected.
+  std::unique_ptr<Socket, UvClose<Socket>> socket_;
+  Resolve* resolving_ = nullptr;  // owned by its pending callback, which frees it
   // One per socket. Bytes are fed only while a command is outstanding (anything else is
   // refused at once), and one reply may hold at most ReplyLimits' bytes and elements.
   std::unique_ptr<ReplyReader> reader_;
@@ -200,8 +171,8 @@ class Connection {
   EventLoop::TimerId connect_timer_ = 0;
   EventLoop::TimerId reconnect_timer_ = 0;
   EventLoop::TimerId stall_timer_ = 0;
-  std::uint64_t generation_ = 0;
-  ServerInfo info_;  // bumps on every socket change; stale callbacks check it
+  std::uint64_t generation_ = 0;  // bumps on every socket change; stale callbacks check it
+  ServerInfo info_;
 };
 
 }  // namespace redlock::detail

@@ -14,45 +14,16 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "detail/loop_time.h"
+#include "detail/uv_handle.h"
+
 namespace redlock::detail {
-
-// Monotonic nanoseconds, the time base of every deadline on the loop (uv_hrtime).
-inline std::uint64_t now_ns() noexcept { return uv_hrtime(); }
-
-// A millisecond duration in the nanoseconds of now_ns(): negative is 0, and a duration too
-// long to express (milliseconds::max(), "wait forever") saturates instead of wrapping.
-inline std::uint64_t to_ns(std::chrono::milliseconds value) noexcept {
-  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
-  if (value.count() <= 0) return 0;
-  const auto ms = static_cast<std::uint64_t>(value.count());
-  return ms > kMax / 1'000'000u ? kMax : ms * 1'000'000u;
-}
-
-// `at + delay` in now_ns() time, saturating: a deadline that far away is "never".
-inline std::uint64_t deadline_after(std::uint64_t at, std::uint64_t delay_ns) noexcept {
-  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
-  return delay_ns > kMax - at ? kMax : at + delay_ns;
-}
-inline std::uint64_t deadline_after(std::uint64_t at, std::chrono::milliseconds delay) noexcept {
-  return deadline_after(at, to_ns(delay));
-}
-
-// now + delay on steady_clock, saturating at time_point::max() (which callers read as
-// "no deadline"): a caller's "wait forever" must not wrap into "already over".
-inline std::chrono::steady_clock::time_point steady_deadline_after(std::chrono::milliseconds delay) noexcept {
-  using Clock = std::chrono::steady_clock;
-  const auto now = Clock::now();
-  if (delay.count() <= 0) return now;
-  if (delay >= std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now)) {
-    return Clock::time_point::max();
-  }
-  return now + delay;
-}
 
 class EventLoop {
  public:
@@ -108,12 +79,12 @@ class EventLoop {
   void note_loop_thread() noexcept;
 
   uv_loop_t* loop_ = nullptr;
-  bool own_loop_ = false;
-  uv_async_t* async_ = nullptr;  // heap; freed in its close callback
-  uv_timer_t* timer_ = nullptr;
-  uv_prepare_t* prepare_ = nullptr;
-  uv_idle_t* idle_ = nullptr;    // active while after_io tasks wait: the poll must not block
-  uv_check_t* check_ = nullptr;  // runs the after_io tasks once the poll has returned
+  std::unique_ptr<uv_loop_t> own_loop_;  // when not attached to a caller's
+  UvHandlePtr<uv_async_t> async_;
+  UvHandlePtr<uv_timer_t> timer_;
+  UvHandlePtr<uv_prepare_t> prepare_;
+  UvHandlePtr<uv_idle_t> idle_;    // active while after_io tasks wait: the poll must not block
+  UvHandlePtr<uv_check_t> check_;  // runs the after_io tasks once the poll has returned
   std::atomic<std::thread::id> loop_thread_{};
 
   std::mutex queue_mutex_;

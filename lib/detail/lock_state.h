@@ -1,14 +1,17 @@
 // detail/lock_state.h — what a Client remembers about a lock it granted: which masters
-// (in which incarnation) vouch for it, and whether it is known lost.
+// (in which incarnation) vouch for it, and whether it is known lost. Shared by the copies
+// of a Lock (its private part) and the restart guard's list of live locks.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
-#include "redlock/result.h"
+#include "redlock/lock.h"
 
-namespace redlock {
+namespace redlock::detail {
 
 class LockState {
  public:
@@ -23,4 +26,11 @@ class LockState {
   std::uint32_t votes = 0;
 };
 
-}  // namespace redlock
+// The library's way into a Lock's private part.
+struct LockAccess {
+  static const std::shared_ptr<LockState>& state(const Lock& lock) noexcept { return lock.state_; }
+  static void set_state(Lock& lock, std::shared_ptr<LockState> state) noexcept { lock.state_ = std::move(state); }
+  static void set_adopted(Lock& lock, bool adopted) noexcept { lock.adopted_ = adopted; }
+};
+
+}  // namespace redlock::detail

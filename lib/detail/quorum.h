@@ -8,11 +8,8 @@
 
 #include <chrono>
 #include <cstdint>
-#include <string>
 
 #include "redlock/result.h"
-
-struct redisReply;  // hiredis
 
 namespace redlock::detail {
 
@@ -46,18 +43,6 @@ struct Tally {
   // owners (or missing keys) are at least as many as the failures, else "unreachable".
   [[nodiscard]] Outcome failure_outcome() const noexcept;
 };
-
-// What one master's reply to a round's command says on its own, before the round asks the
-// restart guard and the fencing catch-up whether a grant is a vote (Round::classify, in
-// round.cpp, which this was taken out of so it can be fuzzed alone). Exactly one status per
-// reply: ok, held_by_other, not_found or server_error. `fencing`: the acquire is the fenced
-// variant; `fence`: a fence round's token.
-struct ReplyVote {
-  MasterStatus status = MasterStatus::server_error;
-  std::string error;      // server_error: the server's text or what was unexpected; else empty
-  long long counter = 0;  // fenced acquire granted: the master's fencing counter after INCR
-};
-[[nodiscard]] ReplyVote classify_reply(RoundKind kind, bool fencing, std::uint64_t fence, const redisReply& reply);
 
 // Drift allowance of the Redlock description: ttl * factor + constant.
 [[nodiscard]] std::chrono::microseconds drift_for(std::chrono::milliseconds ttl, double factor,

@@ -26,16 +26,11 @@
 #include <memory>
 #include <string>
 
-struct redisReply;
-struct redisReader;
+#include "detail/hiredis_ptr.h"
+
 struct redisReadTask;
 
 namespace redlock::detail {
-
-struct ReplyDeleter {
-  void operator()(redisReply* reply) const noexcept;  // freeReplyObject
-};
-using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
 
 struct ReplyLimits {
   // Bytes one reply may take, from its type byte to its final CRLF. The replies this library
@@ -72,9 +67,6 @@ class ReplyReader {
   [[nodiscard]] std::uint64_t bytes_examined() const noexcept { return examined_; }
 
  private:
-  struct ReaderDeleter {
-    void operator()(redisReader* reader) const noexcept;  // redisReaderFree
-  };
   // What must arrive before hiredis can get further with the item it stopped on.
   enum class Wait : std::uint8_t {
     anything,  // a new item (its type byte) or a fresh start: any byte may help
@@ -91,7 +83,7 @@ class ReplyReader {
   [[nodiscard]] std::uint64_t consumed() const noexcept;  // stream offset hiredis has parsed up to
 
   const ReplyLimits limits_;
-  std::unique_ptr<redisReader, ReaderDeleter> reader_;
+  ReaderPtr reader_;
   std::string error_;            // first refusal; empty while the stream is usable
   std::string array_refusal_;    // set by create_array when it refuses (hiredis then says "Out of memory")
   std::uint64_t fed_ = 0;        // bytes fed since construction

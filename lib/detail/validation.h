@@ -17,6 +17,10 @@ std::vector<Endpoint> validate(const ClientOptions& options);
 // Empty when `resource` is acceptable, else the reason (naming the value).
 std::optional<std::string> check_resource(std::string_view resource);
 
+// Empty when `token` has the form of an owner token this library makes (Client::adopt),
+// else the reason (naming the value, cut if long).
+std::optional<std::string> check_token(std::string_view token);
+
 // Empty when `ttl` is acceptable for these options (positive, above the drift allowance
 // plus min_validity), else the reason.
 std::optional<std::string> check_ttl(const ClientOptions& options, Milliseconds ttl);

@@ -7,7 +7,9 @@
 // the fencing counter's commands included, without running them.
 #include <algorithm>
 
-#include "detail/client_impl.h"
+#include <hiredis/hiredis.h>
+
+#include "detail/lock_commands.h"
 #include "detail/token.h"
 
 namespace redlock::detail {
@@ -15,7 +17,7 @@ namespace {
 
 // Long enough for the pipelined extend and release to find the key on a loaded server;
 // short, because a probe whose release is refused leaves its key for this long.
-constexpr long long kProbeTtlMs = 2000;
+constexpr std::chrono::milliseconds kProbeTtl{2000};
 
 std::string text_of(const redisReply& reply) {
   if (reply.type == REDIS_REPLY_ERROR || reply.type == REDIS_REPLY_STATUS || reply.type == REDIS_REPLY_STRING) {
@@ -57,21 +59,19 @@ HandshakeStep step(std::string encoded, std::string what) {
 
 }  // namespace
 
-std::vector<HandshakeStep> ClientImpl::handshake_steps() const {
+std::vector<HandshakeStep> LockCommands::handshake_steps() const {
   std::vector<HandshakeStep> steps;
-  for (const auto* script :
-       {&release_script_, &extend_script_, &fenced_acquire_script_, &fence_raise_script_, &permission_check_script_}) {
+  for (const Script* script : {&release_, &extend_, &fenced_acquire_, &fence_raise_, &permission_check_}) {
     steps.push_back({script->load_command, [](const redisReply& reply, ServerInfo& info) {
                        if (is_denial(reply)) deny(info.not_permitted, "SCRIPT LOAD", text_of(reply));
                      }});
   }
   const std::string token = make_token();
-  const std::string key = options_.key_prefix + "__redlock_probe:" + token;
+  const std::string key = key_prefix_ + "__redlock_probe:" + token;
   const std::string value = "probe-" + token;
-  const std::string ttl = std::to_string(kProbeTtlMs);
-  const std::string prefix = options_.key_prefix;
-  const std::string fence_key = options_.fence_key;
-  steps.push_back({encode_script_call(permission_check_script_, false, {key}, {value, fence_key}),
+  const std::string prefix = key_prefix_;
+  const std::string fence_key = fence_key_;
+  steps.push_back({encode_script_call(permission_check_, false, {key}, {value, fence_key}),
                    [prefix, fence_key](const redisReply& reply, ServerInfo& info) {
                      if (is_denial(reply)) {
                        deny(info.not_permitted, "permission check on a probe key under the prefix '" + prefix + "'",
@@ -94,44 +94,10 @@ std::vector<HandshakeStep> ClientImpl::handshake_steps() const {
                             "the ACL denies " + fence_missing + " on the fencing counter '" + fence_key + "'", {});
                      }
                    }});
-  steps.push_back(step(encode_set_nx_px(key, value, kProbeTtlMs), "SET NX PX on a probe key under the prefix"));
-  steps.push_back(
-      step(encode_script_call(extend_script_, false, {key}, {value, ttl}), "the extend script (GET, PEXPIRE inside)"));
-  steps.push_back(
-      step(encode_script_call(release_script_, false, {key}, {value}), "the release script (GET, DEL inside)"));
+  steps.push_back(step(acquire(key, value, kProbeTtl), "SET NX PX on a probe key under the prefix"));
+  steps.push_back(step(extend(key, value, kProbeTtl, false), "the extend script (GET, PEXPIRE inside)"));
+  steps.push_back(step(release(key, value, false), "the release script (GET, DEL inside)"));
   return steps;
-}
-
-std::optional<std::string> ClientImpl::not_permitted(std::uint32_t index, bool fenced) const {
-  const Connection& connection = *connections_[index];
-  if (!connection.ready()) return std::nullopt;
-  const auto& info = connection.server_info();
-  if (!info.not_permitted.empty()) return "not permitted: " + info.not_permitted;
-  if (fenced && !info.fence_not_permitted.empty()) return "not permitted (fencing): " + info.fence_not_permitted;
-  return std::nullopt;
-}
-
-// Once per master and problem: again only if the problem changes (re-checked on every
-// reconnect, as the ACL may have changed), and after it was fixed and came back.
-void ClientImpl::warn_permissions(std::uint32_t index) {
-  const auto& info = connections_[index]->server_info();
-  MasterView& view = views_[index];
-  const std::string problem = info.not_permitted + "|" + info.fence_not_permitted;
-  if (problem == "|") {
-    view.permission_warned.clear();
-    return;
-  }
-  if (problem == view.permission_warned) return;
-  view.permission_warned = problem;
-  if (!info.not_permitted.empty()) {
-    warn("master " + names_[index] + ": the lock user may not run the lock's commands there, so it is sent no lock " +
-         "(not_permitted) until a reconnect proves otherwise: " + info.not_permitted +
-         " (docs/permissions.md lists the ACL the library needs)");
-  } else {
-    warn("master " + names_[index] + ": the lock user may not touch the fencing counter there, so fenced acquires " +
-         "are not sent to it (not_permitted): " + info.fence_not_permitted +
-         " (docs/permissions.md lists the ACL the library needs)");
-  }
 }
 
 }  // namespace redlock::detail

@@ -1,0 +1,35 @@
+// redlock/endpoint.h — one master's address and credentials, parsed from a URI.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace redlock {
+
+// One master, parsed from `redis://[user:password@]host[:port][/db]`.
+// The host may be a name, an IPv4 address or a bracketed IPv6 address ([::1]).
+// The port defaults to 6379 and the db to 0. User and password may be percent-encoded.
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 6379;
+  std::string user;      // empty: AUTH with the password only (the "default" user)
+  std::string password;  // empty: no AUTH
+  int db = 0;            // SELECT after connecting when not 0
+
+  // Throws ConfigError naming the URI (password masked) and what is wrong with it.
+  static Endpoint parse(std::string_view uri);
+
+  // "host:port" or "host:port/db": what results and logs show. Never the password.
+  [[nodiscard]] std::string display() const;
+
+  // `text` (e.g. a server's error reply) with this endpoint's password masked as "***":
+  // every occurrence, and every run of 4 or more characters that starts the password (a
+  // server may echo a truncated argument, as Redis does for an unknown command).
+  [[nodiscard]] std::string redact(std::string_view text) const;
+
+  // `uri` with its password replaced by "***", for messages about a URI that may not parse.
+  [[nodiscard]] static std::string mask_uri(std::string_view uri);
+};
+
+}  // namespace redlock

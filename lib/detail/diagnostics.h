@@ -1,0 +1,32 @@
+// detail/diagnostics.h — how the Client shows text from or about a master: in result rows
+// and in warnings, never with a configured password, never unbounded.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redlock/endpoint.h"
+
+namespace redlock::detail {
+
+class Diagnostics {
+ public:
+  Diagnostics(std::vector<Endpoint> endpoints, std::function<void(const std::string&)> on_warning)
+      : endpoints_(std::move(endpoints)), on_warning_(std::move(on_warning)) {}
+
+  // Every configured password masked (a server may echo one back), at most kMaxShownText
+  // bytes.
+  [[nodiscard]] std::string shown(std::string_view text) const;
+  // To ClientOptions::on_warning (its exceptions stop here), else to stderr; shown() first.
+  void warn(const std::string& message) const;
+
+  static constexpr std::size_t kMaxShownText = 1024;
+
+ private:
+  const std::vector<Endpoint> endpoints_;
+  const std::function<void(const std::string&)> on_warning_;
+};
+
+}  // namespace redlock::detail

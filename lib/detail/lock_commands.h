@@ -1,0 +1,138 @@
+// detail/lock_commands.h — the lock's contract with Redis, in one place: its Lua scripts and
+// what they return, the command each round kind sends (typed encoders), what a reply means
+// (classify_reply), and the lock's steps of every connection handshake (loading the scripts,
+// the permission probe: docs/permissions.md).
+//
+// The release and extend scripts are the compare-and-delete / compare-and-PEXPIRE of the
+// Redlock description, returning 1 (done), 0 (no key) or -1 (another owner's token), so a
+// release can tell "already expired" from "someone else holds it now".
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "detail/commands.h"
+#include "detail/quorum.h"
+#include "detail/server_info.h"
+
+struct redisReply;
+
+namespace redlock::detail {
+
+// if GET(key) == token then DEL(key): 1 deleted, 0 no key, -1 another owner.
+inline constexpr std::string_view kReleaseScript =
+    "local v = redis.call('GET', KEYS[1]) "
+    "if v == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+    "if v == false then return 0 end "
+    "return -1";
+
+// if GET(key) == token then PEXPIRE(key, ttl): 1 extended, 0 no key, -1 another owner.
+// Never creates the key: a lost lock stays lost.
+inline constexpr std::string_view kExtendScript =
+    "local v = redis.call('GET', KEYS[1]) "
+    "if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end "
+    "if v == false then return 0 end "
+    "return -1";
+
+// Fenced acquire, round 1: SET NX PX, and on success INCR the master's fencing counter
+// (KEYS[2]) and return it; nil when the key is held.
+inline constexpr std::string_view kFencedAcquireScript =
+    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+    "return redis.call('INCR', KEYS[2]) end "
+    "return false";
+
+// Fencing round 2 and catch-up: counter = max(counter, ARGV[1]); returns the new value.
+inline constexpr std::string_view kFenceRaiseScript =
+    "local c = tonumber(redis.call('GET', KEYS[1]) or '0') "
+    "local t = tonumber(ARGV[1]) "
+    "if c < t then redis.call('SET', KEYS[1], ARGV[1]) return t end "
+    "return c";
+
+// The permission check of the connection handshake (docs/permissions.md): which commands of
+// the lock paths (KEYS[1], a probe key under the prefix; ARGV[1] its value) and of the
+// fencing paths (ARGV[2], the counter: an argument, not a key, because EVAL refuses outright
+// a key the user may not touch) this ACL user may not run, as two comma-separated lists.
+// redis.acl_check_cmd (Redis >= 7.0) asks the server's own ACL check without running
+// anything, so the counter is never changed. Older servers answer two empty lists: there
+// only the probe's real commands (SET, the extend and release scripts) are checked.
+inline constexpr std::string_view kPermissionCheckScript =
+    "if not redis.acl_check_cmd then return {'', ''} end "
+    "local function missing(checks) "
+    "local out = {} "
+    "for _, c in ipairs(checks) do "
+    "if not redis.acl_check_cmd(unpack(c)) then out[#out + 1] = c[1] end "
+    "end "
+    "return table.concat(out, ', ') "
+    "end "
+    "return {"
+    "missing({{'SET', KEYS[1], ARGV[1], 'NX', 'PX', '1'}, {'GET', KEYS[1]}, {'PEXPIRE', KEYS[1], '1'}, "
+    "{'DEL', KEYS[1]}, {'EVAL', 'return 0', '0'}}), "
+    "missing({{'INCR', ARGV[2]}, {'GET', ARGV[2]}, {'SET', ARGV[2], '1'}})}";
+
+// What one round sends: fixed when the round is created. (An acquire's token changes with
+// every attempt; a round answered late, e.g. a NOSCRIPT, must encode its own.)
+struct RoundArgs {
+  RoundKind kind = RoundKind::acquire;
+  std::string key;          // acquire, extend, release
+  std::string token;        // acquire, extend, release
+  std::chrono::milliseconds ttl{0};  // acquire, extend: the PX
+  bool fencing = false;     // acquire: the fenced (scripted) variant
+  std::uint64_t fence = 0;  // fence: the token to raise the counters to
+};
+
+// What one master's reply to a round's command says on its own, before the round asks the
+// restart guard and the fencing catch-up whether a grant is a vote (Round::classify). A free
+// function so it can be fuzzed alone. Exactly one status per reply: ok, held_by_other,
+// not_found or server_error. `fencing`: the acquire is the fenced variant; `fence`: a fence
+// round's token.
+struct ReplyVote {
+  MasterStatus status = MasterStatus::server_error;
+  std::string error;      // server_error: the server's text or what was unexpected; else empty
+  long long counter = 0;  // fenced acquire granted: the master's fencing counter after INCR
+};
+[[nodiscard]] ReplyVote classify_reply(RoundKind kind, bool fencing, std::uint64_t fence, const redisReply& reply);
+
+// NOSCRIPT: the script cache lost the script (flushed, or the master restarted): nothing ran.
+[[nodiscard]] bool is_noscript(const redisReply* reply) noexcept;
+
+// The lock's commands for one Client (its key prefix and fencing counter key).
+class LockCommands {
+ public:
+  LockCommands(std::string key_prefix, std::string fence_key);
+
+  // The command of a round: dispatches to the typed encoders below. `use_eval`: the script's
+  // source instead of its SHA1 (the NOSCRIPT path); ignored for a plain SET.
+  [[nodiscard]] std::string encode(const RoundArgs& args, bool use_eval) const;
+
+  [[nodiscard]] static std::string acquire(std::string_view key, std::string_view token, std::chrono::milliseconds ttl);
+  [[nodiscard]] std::string fenced_acquire(std::string_view key, std::string_view token, std::chrono::milliseconds ttl,
+                                           bool use_eval) const;
+  [[nodiscard]] std::string extend(std::string_view key, std::string_view token, std::chrono::milliseconds ttl,
+                                   bool use_eval) const;
+  [[nodiscard]] std::string release(std::string_view key, std::string_view token, bool use_eval) const;
+  // The fencing counter = max(counter, fence).
+  [[nodiscard]] std::string fence_raise(std::uint64_t fence, bool use_eval) const;
+  // GET of the fencing counter (the catch-up reads it on other masters).
+  [[nodiscard]] std::string fence_read() const;
+
+  // The lock's handshake steps of one connection: SCRIPT LOAD of every script, then the
+  // permission probe (a fresh probe key and token each time). In permission_probe.cpp.
+  [[nodiscard]] std::vector<HandshakeStep> handshake_steps() const;
+
+  [[nodiscard]] const std::string& key_prefix() const noexcept { return key_prefix_; }
+  [[nodiscard]] const std::string& fence_key() const noexcept { return fence_key_; }
+
+ private:
+  const std::string key_prefix_;
+  const std::string fence_key_;
+  const Script release_{kReleaseScript};
+  const Script extend_{kExtendScript};
+  const Script fenced_acquire_{kFencedAcquireScript};
+  const Script fence_raise_{kFenceRaiseScript};
+  const Script permission_check_{kPermissionCheckScript};
+};
+
+}  // namespace redlock::detail

@@ -1,0 +1,91 @@
+// detail/master_set.h — the N masters of one Client: their connections, and everything the
+// Client knows about each across reconnects (its incarnation and the restart guard, its
+// fencing counter catch-up, whether its user may run the lock, whether two configured
+// masters are one server). Rounds ask it whether a master may be sent a command and whether
+// its grant is a vote. Loop thread only (construction excepted).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "detail/connection.h"
+#include "detail/diagnostics.h"
+#include "detail/fence_catch_up.h"
+#include "detail/restart_guard.h"
+#include "redlock/options.h"
+
+namespace redlock::detail {
+
+class EventLoop;
+class LockCommands;
+
+class MasterSet {
+ public:
+  // `options` must outlive the set (the ClientImpl's, with max_lock_ttl already defaulted).
+  MasterSet(EventLoop& loop, const ClientOptions& options, const std::vector<Endpoint>& endpoints,
+            const LockCommands& commands, const Diagnostics& diagnostics);
+  MasterSet(const MasterSet&) = delete;
+  MasterSet& operator=(const MasterSet&) = delete;
+
+  // Loop thread: creates the connections and starts connecting.
+  void start();
+  // Closes every connection (their outstanding sinks get a failure); no reconnect after.
+  void close();
+  [[nodiscard]] bool closed() const noexcept { return closed_; }
+
+  [[nodiscard]] std::uint32_t size() const noexcept { return size_; }
+  [[nodiscard]] std::uint32_t quorum() const noexcept { return quorum_; }
+  [[nodiscard]] const std::vector<std::string>& names() const noexcept { return names_; }
+  [[nodiscard]] std::size_t ready_count() const noexcept;
+
+  // Connection::send to master `index`; false (with last_error) when it cannot be queued,
+  // also before start() or after close().
+  bool send(std::uint32_t index, std::string_view encoded, std::shared_ptr<ReplySink> sink,
+            std::uint64_t late_after_ns = 0, bool release = false);
+  [[nodiscard]] const std::string& last_error(std::uint32_t index) const;
+
+  // Why master `index` may not be sent a lock command (fenced: the fencing paths too).
+  [[nodiscard]] std::optional<std::string> not_permitted(std::uint32_t index, bool fenced) const;
+  // Why master `index`'s grant is not a vote now (restart guard; fenced: the catch-up too).
+  [[nodiscard]] std::optional<std::string> not_counted(std::uint32_t index, bool fenced) const;
+  // Which rule counted a grant the age rule alone would not have, if any (for the row).
+  [[nodiscard]] std::optional<std::string> counted_because(std::uint32_t index) const {
+    return guard_.counted_because(index);
+  }
+  // Two configured masters that reach one server (the same run_id): one vote between them.
+  [[nodiscard]] bool same_server(std::uint32_t a, std::uint32_t b) const { return guard_.same_server(a, b); }
+  [[nodiscard]] const Incarnation& incarnation(std::uint32_t index) const { return guard_.incarnation(index); }
+  [[nodiscard]] bool restart_guard_enabled() const noexcept { return guard_.enabled(); }
+
+  // A lock this Client granted (the restart guard may take votes away from it later).
+  void remember(const std::shared_ptr<LockState>& state) { guard_.remember(state); }
+
+ private:
+  // What the set has already warned about for one master (warned once per problem).
+  struct Warned {
+    bool twin = false;              // another configured master is this same server
+    std::string permission;         // the permission problem last warned about ("" = none)
+  };
+  void on_ready(std::uint32_t index);
+  void warn_permissions(std::uint32_t index);
+
+  EventLoop& loop_;
+  const ClientOptions& options_;
+  const std::vector<Endpoint> endpoints_;
+  const LockCommands& commands_;
+  const Diagnostics& diagnostics_;
+  const std::uint32_t size_;
+  const std::uint32_t quorum_;
+  std::vector<std::string> names_;
+  std::vector<std::unique_ptr<Connection>> connections_;  // empty until start()
+  RestartGuard guard_;
+  FenceCatchUp catch_up_;
+  std::vector<Warned> warned_;
+  bool closed_ = false;
+};
+
+}  // namespace redlock::detail

@@ -1,0 +1,83 @@
+// detail/operation.h — one lock operation as the Client carries it from submit to callback:
+// an acquire with its retries (and, when fenced, its second round), one extend, or one
+// release. What only one kind needs lives in that kind's part.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "detail/event_loop.h"
+#include "detail/lock_state.h"
+#include "detail/quorum.h"
+#include "redlock/client.h"
+
+namespace redlock::detail {
+
+class Round;
+
+// A fenced acquire between its two rounds: what the granting round (round 1) decided, kept
+// until the fence round (round 2) is acknowledged by a quorum.
+struct FencedGrant {
+  std::chrono::steady_clock::time_point started{};  // round 1's t0 (validity clock)
+  std::vector<MasterResult> masters;                // round 1's rows: the result's rows
+  std::shared_ptr<LockState> state;                 // which masters granted
+  std::uint64_t fence = 0;                          // the token round 2 raises the counters to
+};
+
+struct AcquirePart {
+  std::string resource;
+  std::string attempt_token;             // fresh for every attempt
+  bool fencing = false;
+  int retries_left = 0;                  // -1: unlimited
+  std::uint64_t wait_deadline_ns = 0;    // loop time; 0: none
+  EventLoop::TimerId retry_timer = 0;    // waiting to retry
+  Result last;                           // the last failed attempt's result, reported if we give up
+  std::optional<FencedGrant> fenced;     // between the two rounds of a fenced attempt
+};
+
+struct ExtendPart {
+  Lock lock;  // the lock being extended
+};
+
+struct ReleasePart {
+  std::string token;
+  // The library's own release of a failed or cancelled acquire: no caller reads its rows, so
+  // it hears every master out and warns about refusals (with the acquire's ttl: how long the
+  // key then stays).
+  bool internal = false;
+  std::chrono::milliseconds acquired_ttl{0};
+};
+
+struct Operation {
+  OperationId id = 0;
+  Callback done;
+  std::string key;                   // key_prefix + resource
+  std::chrono::milliseconds ttl{0};  // acquire, extend: the PX to set
+  int attempts = 0;                  // rounds sent (a fence round belongs to its attempt)
+  std::shared_ptr<Round> round;      // the round in flight; cut when the operation ends or retries
+  std::variant<AcquirePart, ExtendPart, ReleasePart> part;
+
+  [[nodiscard]] RoundKind kind() const noexcept {
+    static constexpr RoundKind kKinds[] = {RoundKind::acquire, RoundKind::extend, RoundKind::release};
+    return kKinds[part.index()];
+  }
+  // The token this operation's next round sends.
+  [[nodiscard]] const std::string& token() const noexcept {
+    if (const auto* acquire = std::get_if<AcquirePart>(&part)) return acquire->attempt_token;
+    if (const auto* extend = std::get_if<ExtendPart>(&part)) return extend->lock.token;
+    return std::get<ReleasePart>(part).token;
+  }
+  [[nodiscard]] bool internal() const noexcept {
+    const auto* release = std::get_if<ReleasePart>(&part);
+    return release != nullptr && release->internal;
+  }
+  AcquirePart& acquire() { return std::get<AcquirePart>(part); }
+  ExtendPart& extend() { return std::get<ExtendPart>(part); }
+};
+
+}  // namespace redlock::detail

@@ -1,0 +1,72 @@
+// detail/restart_guard.h — the restart guard: which incarnation of each master this Client
+// talks to, when a master's grants count as votes, and which held locks lose a master's
+// vote when it restarts (README "Restart guard", docs/design.md).
+//
+// A master that restarted without its keys would grant a lock another client still holds;
+// so its grants are not votes until it has been up longer than max_lock_ttl (the age rule),
+// unless this Client saw it restart from a durable incarnation (counted at once). A restart
+// takes the master's votes away from held locks unless it kept its keys; a lock left below
+// quorum is lost. Loop thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "detail/lock_state.h"
+#include "detail/server_info.h"
+
+namespace redlock::detail {
+
+// What the Client knows about one master's current incarnation (one run_id).
+struct Incarnation {
+  std::string run_id;           // of the last connection that completed its handshake
+  std::uint32_t epoch = 0;      // bumps whenever run_id changes; 0 = never connected
+  std::uint64_t seen_ns = 0;    // loop time when this Client first saw this run_id
+  // The latest instant (loop time) this incarnation can have started: from uptime, and once
+  // this Client has seen the run_id change, never before it saw the new one. Only moves later.
+  std::uint64_t started_ns = 0;
+  bool durable = false;         // appendonly yes + appendfsync always, as first seen
+  // Counted before the age rule allows: only an incarnation this Client saw come from a
+  // durable one by a restart (so it reloaded what was granted). A first contact, or a master
+  // that was not durable before its restart, may have come back empty: the age rule applies.
+  bool counted_at_once = false;
+};
+
+class RestartGuard {
+ public:
+  RestartGuard(std::uint32_t size, std::uint32_t quorum, bool enabled, std::chrono::milliseconds max_lock_ttl);
+
+  // A connection to master `index` completed its handshake and read `info`. Returns true
+  // when `info` shows a new incarnation (a first contact, or a restart).
+  bool observe(std::uint32_t index, const ServerInfo& info);
+
+  // Why master `index`'s grant is not a vote now (`info`: its connection's), if it is not.
+  [[nodiscard]] std::optional<std::string> not_counted(std::uint32_t index, const ServerInfo& info) const;
+  // Which rule counted a grant the age rule alone would not have (a durable master), if any.
+  [[nodiscard]] std::optional<std::string> counted_because(std::uint32_t index) const;
+  // Two configured masters that reach one server (the same run_id).
+  [[nodiscard]] bool same_server(std::uint32_t a, std::uint32_t b) const;
+
+  [[nodiscard]] const Incarnation& incarnation(std::uint32_t index) const { return masters_[index]; }
+  [[nodiscard]] bool enabled() const noexcept { return enabled_; }
+
+  // A lock this Client granted: a later restart of its masters may take their votes away.
+  void remember(const std::shared_ptr<LockState>& state);
+
+ private:
+  void forget_votes_of(std::uint32_t index);
+  void carry_votes_of(std::uint32_t index, std::uint32_t previous_epoch);
+
+  const std::uint32_t quorum_;
+  const bool enabled_;
+  const std::uint64_t guard_ns_;  // counted once up longer than this (max_lock_ttl)
+  std::vector<Incarnation> masters_;
+  std::vector<std::weak_ptr<LockState>> live_locks_;  // swept when it doubles
+  std::size_t live_locks_sweep_at_ = 1024;
+};
+
+}  // namespace redlock::detail

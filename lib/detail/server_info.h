@@ -1,0 +1,45 @@
+// detail/server_info.h — what a connection's handshake learns about its server, and the
+// shape of the extra handshake steps the lock adds (LockCommands::handshake_steps).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+struct redisReply;
+
+namespace redlock::detail {
+
+// What the handshake learned about the server (INFO server, CONFIG GET, the permission
+// check), for the restart guard, the fencing counter and which commands may be sent.
+// Replaced on every connect.
+struct ServerInfo {
+  std::string run_id;  // empty if INFO failed (see error)
+  // The latest instant the server can have started, on now_ns(): when INFO was read minus
+  // (uptime_in_seconds - 1). Redis derives uptime from whole wall-clock seconds, so it
+  // over-reports by up to 1 s; and it trusts the server's wall clock (see restart_guard.cpp).
+  std::uint64_t started_ns = 0;
+  // CONFIG GET results; empty where the server (or an ACL) refused CONFIG GET.
+  std::string maxmemory_policy;
+  std::string appendonly;   // "yes" / "no"
+  std::string appendfsync;  // "always" / "everysec" / "no"
+  std::string error;        // why run_id is unknown
+  // The permission check (LockCommands::handshake_steps, docs/permissions.md): why this
+  // connection's user may not run the lock paths, or the fencing paths; empty when proven
+  // (the fencing part also when the server cannot tell: Redis before 7.0).
+  std::string not_permitted;
+  std::string fence_not_permitted;
+
+  // Loses no acknowledged write on restart: every write is in the AOF, fsynced before
+  // the reply. Only what CONFIG GET said; unknown counts as not durable.
+  [[nodiscard]] bool durable() const noexcept { return appendonly == "yes" && appendfsync == "always"; }
+};
+
+// One command the connection sends in every handshake after INFO and CONFIG GET, and what
+// its reply means: `check` may record in ServerInfo what the reply showed.
+struct HandshakeStep {
+  std::string encoded;
+  std::function<void(const redisReply& reply, ServerInfo& info)> check;
+};
+
+}  // namespace redlock::detail

@@ -1,0 +1,133 @@
+// The N masters of one Client (detail/master_set.h).
+#include "detail/master_set.h"
+
+#include "detail/event_loop.h"
+#include "detail/lock_commands.h"
+#include "detail/quorum.h"
+
+namespace redlock::detail {
+
+MasterSet::MasterSet(EventLoop& loop, const ClientOptions& options, const std::vector<Endpoint>& endpoints,
+                     const LockCommands& commands, const Diagnostics& diagnostics)
+    : loop_(loop),
+      options_(options),
+      endpoints_(endpoints),
+      commands_(commands),
+      diagnostics_(diagnostics),
+      size_(static_cast<std::uint32_t>(endpoints.size())),
+      quorum_(quorum_of(size_)),
+      guard_(size_, quorum_, options.restart_guard, options.max_lock_ttl),
+      catch_up_(*this, loop, commands, options),
+      warned_(size_) {
+  for (const auto& endpoint : endpoints_) names_.push_back(endpoint.display());
+}
+
+void MasterSet::start() {
+  if (closed_ || !connections_.empty()) return;
+  for (std::uint32_t i = 0; i < size_; ++i) {
+    ConnectionOptions co;
+    co.endpoint = endpoints_[i];
+    co.connect_timeout = options_.connect_timeout;
+    co.reconnect_min = options_.reconnect_min;
+    co.reconnect_max = options_.reconnect_max;
+    co.stall_timeout = options_.stall_timeout;
+    co.source_address = options_.source_address;
+    co.handshake_steps = [this] { return commands_.handshake_steps(); };
+    connections_.push_back(std::make_unique<Connection>(loop_, std::move(co)));
+    connections_.back()->on_ready = [this, i] { on_ready(i); };
+    connections_.back()->start();
+  }
+}
+
+void MasterSet::close() {
+  closed_ = true;
+  for (auto& connection : connections_) connection->close();
+}
+
+std::size_t MasterSet::ready_count() const noexcept {
+  std::size_t ready = 0;
+  for (const auto& connection : connections_) {
+    if (connection->ready()) ++ready;
+  }
+  return ready;
+}
+
+bool MasterSet::send(std::uint32_t index, std::string_view encoded, std::shared_ptr<ReplySink> sink,
+                     std::uint64_t late_after_ns, bool release) {
+  if (index >= connections_.size()) return false;
+  return connections_[index]->send(encoded, std::move(sink), index, late_after_ns, release);
+}
+
+const std::string& MasterSet::last_error(std::uint32_t index) const {
+  static const std::string kNotStarted = "not connected yet";
+  return index < connections_.size() ? connections_[index]->last_error() : kNotStarted;
+}
+
+std::optional<std::string> MasterSet::not_permitted(std::uint32_t index, bool fenced) const {
+  if (index >= connections_.size()) return std::nullopt;
+  const Connection& connection = *connections_[index];
+  if (!connection.ready()) return std::nullopt;
+  const auto& info = connection.server_info();
+  if (!info.not_permitted.empty()) return "not permitted: " + info.not_permitted;
+  if (fenced && !info.fence_not_permitted.empty()) return "not permitted (fencing): " + info.fence_not_permitted;
+  return std::nullopt;
+}
+
+std::optional<std::string> MasterSet::not_counted(std::uint32_t index, bool fenced) const {
+  static const ServerInfo kNoInfo{};
+  const ServerInfo& info = index < connections_.size() ? connections_[index]->server_info() : kNoInfo;
+  if (auto why = guard_.not_counted(index, info)) return why;
+  if (fenced && !catch_up_.ready(index)) return std::string("fencing counter not caught up since this master (re)started");
+  return std::nullopt;
+}
+
+void MasterSet::on_ready(std::uint32_t index) {
+  const ServerInfo& info = connections_[index]->server_info();
+  const bool new_incarnation = guard_.observe(index, info);
+  if (new_incarnation) {
+    warned_[index].twin = false;
+    catch_up_.on_new_incarnation(index);
+  }
+  warn_permissions(index);
+  if (!new_incarnation) catch_up_.on_reconnect(index);
+  const Incarnation& incarnation = guard_.incarnation(index);
+  for (std::uint32_t other = 0; other < size_; ++other) {
+    if (!same_server(index, other) || warned_[index].twin) continue;
+    warned_[index].twin = true;
+    diagnostics_.warn("masters " + names_[other] + " and " + names_[index] + " are the same server (run_id " +
+                      incarnation.run_id + "): they give one vote between them; list every server once");
+  }
+  const auto& policy = info.maxmemory_policy;
+  if (policy.rfind("allkeys-", 0) == 0) {
+    diagnostics_.warn("master " + names_[index] + " has maxmemory-policy " + policy +
+                      ": it may evict the fencing counter '" + options_.fence_key +
+                      "' (which never expires); use noeviction or a volatile-* policy");
+  }
+}
+
+// Once per master and problem: again only if the problem changes (re-checked on every
+// reconnect, as the ACL may have changed), and after it was fixed and came back.
+void MasterSet::warn_permissions(std::uint32_t index) {
+  const auto& info = connections_[index]->server_info();
+  std::string& warned = warned_[index].permission;
+  const std::string problem = info.not_permitted + "|" + info.fence_not_permitted;
+  if (problem == "|") {
+    warned.clear();
+    return;
+  }
+  if (problem == warned) return;
+  warned = problem;
+  if (!info.not_permitted.empty()) {
+    diagnostics_.warn("master " + names_[index] +
+                      ": the lock user may not run the lock's commands there, so it is sent no lock " +
+                      "(not_permitted) until a reconnect proves otherwise: " + info.not_permitted +
+                      " (docs/permissions.md lists the ACL the library needs)");
+  } else {
+    diagnostics_.warn("master " + names_[index] +
+                      ": the lock user may not touch the fencing counter there, so fenced acquires " +
+                      "are not sent to it (not_permitted): " + info.fence_not_permitted +
+                      " (docs/permissions.md lists the ACL the library needs)");
+  }
+}
+
+}  // namespace redlock::detail
