@@ -1,6 +1,7 @@
 // redlock::Client against N = 1, 3, 5 real redis-server masters: acquire, refuse, release,
 // extend. Mirrors include/redlock/client.h.
 #include "redlock/client.h"
+#include "redlock/errors.h"
 
 #include <gtest/gtest.h>
 
@@ -161,6 +162,63 @@ TEST_P(ClientTest, BinaryResourceNamesAreKeptIntact) {
   EXPECT_EQ(held.lock->key, "redlock:" + resource);
   EXPECT_GE(holding(masters_, "redlock:" + resource, held.lock->token), client.quorum());
   EXPECT_TRUE(client.release(*held.lock));
+}
+
+// Client::adopt: a token printed by one process, extended and released by another Client.
+TEST_P(ClientTest, AnAdoptedTokenCanBeExtendedAndReleasedByAnotherClient) {
+  auto options = options_for(masters_);
+  options.ttl = 4000ms;
+  Client holder(options);
+  const Result held = holder.acquire("handover");
+  ASSERT_TRUE(held) << format_result(held);
+
+  options.ttl = 9000ms;
+  Client other(options);
+  const Lock adopted = other.adopt("handover", held.lock->token);
+  EXPECT_EQ(adopted.key, "redlock:handover");
+  EXPECT_EQ(adopted.token, held.lock->token);
+  EXPECT_EQ(adopted.ttl, 9000ms);
+  EXPECT_TRUE(adopted.adopted());
+  EXPECT_FALSE(adopted.lost());
+  // Its validity is unknown here: nothing may rely on it before an extend.
+  EXPECT_EQ(other.remaining(adopted).count(), 0);
+
+  const Result extended = other.extend(adopted);
+  ASSERT_EQ(extended.outcome, Outcome::extended) << format_result(extended);
+  EXPECT_FALSE(extended.lock->adopted());
+  EXPECT_GT(other.remaining(*extended.lock).count(), 0);
+  for (std::size_t i = 0; i < masters_.size(); ++i) {
+    if (get(masters_[i], adopted.key) != adopted.token) continue;
+    EXPECT_GT(masters_[i].command({"PTTL", adopted.key}).integer, 4000);
+  }
+
+  const Result released = other.release(*extended.lock);
+  EXPECT_EQ(released.outcome, Outcome::released) << format_result(released);
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, adopted.key) == 0; }));
+}
+
+TEST_P(ClientTest, AnAdoptedTokenNobodyHoldsIsNeverRecreatedByExtend) {
+  Client client(options_for(masters_));
+  const Lock adopted = client.adopt("nobody", "0123456789abcdef0123456789abcdef");
+  const Result extended = client.extend(adopted);
+  EXPECT_EQ(extended.outcome, Outcome::lost) << format_result(extended);
+  EXPECT_EQ(with_key(masters_, adopted.key), 0u);
+}
+
+TEST_P(ClientTest, AdoptRefusesATokenOrResourceItCouldNotHaveMadeAndNamesIt) {
+  Client client(options_for(masters_));
+  const auto message_of = [&](std::string_view resource, std::string_view token) -> std::string {
+    try {
+      (void)client.adopt(resource, token);
+    } catch (const UsageError& error) {
+      return error.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(message_of("job", "not-a-token").find("'not-a-token'"), std::string::npos) << message_of("job", "not-a-token");
+  EXPECT_NE(message_of("job", "0123456789ABCDEF0123456789ABCDEF").find("lowercase hex"), std::string::npos);
+  EXPECT_NE(message_of("job", "").find("0 bytes"), std::string::npos);
+  EXPECT_NE(message_of("", "0123456789abcdef0123456789abcdef").find("resource name is empty"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Masters, ClientTest, ::testing::Values(1u, 3u, 5u),
