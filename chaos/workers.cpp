@@ -12,14 +12,37 @@
 #include <thread>
 
 #include "history.h"
-#include "redis_client.h"
 #include "redlock/redlock.h"
 #include "support/fenced_store.h"
+#include "support/hiredis_handle.h"
 
 namespace redlock::chaos {
 namespace {
 
 using namespace std::chrono_literals;
+using support::RedisReplyPtr;
+using RedisConnection = support::RedisContextPtr;
+
+// Plain hiredis for the strategies the library does not implement (failover, the seeds'
+// broken locks): blocking, one connection, 300 ms timeouts. nullptr when it failed.
+RedisConnection connect_to(int port) {
+  const timeval timeout = support::to_timeval(300ms);
+  RedisConnection c(redisConnectWithTimeout("127.0.0.1", port, timeout));
+  if (!c || c->err) return nullptr;
+  redisSetTimeout(c.get(), timeout);
+  return c;
+}
+
+// nullptr on an I/O error (the connection is then unusable).
+RedisReplyPtr run_command(redisContext* c, const std::vector<std::string>& argv) {
+  return support::command_argv(*c, argv);
+}
+
+std::string reply_text(const redisReply* r) {
+  return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR)
+             ? std::string(r->str, r->len)
+             : std::string();
+}
 
 std::string hex_token(std::mt19937_64& rng) {
   char buf[40];
@@ -69,13 +92,13 @@ class Oracle {
 };
 
 // One client process's plumbing, common to every strategy.
-struct Client {
+struct WorkerProcess {
   const WorkerContext& w;
   HistoryWriter history;
   support::FencedStore store;
   Oracle oracle;
 
-  explicit Client(const WorkerContext& context)
+  explicit WorkerProcess(const WorkerContext& context)
       : w(context), history(context.history_path), store("127.0.0.1", context.store_port, "chaos"),
         oracle(context.shared, context.me, history) {}
 
@@ -153,7 +176,7 @@ struct Client {
 // ---- quorum / single: the library, through its public API only ----
 
 void library_worker(const WorkerContext& w) {
-  Client me(w);
+  WorkerProcess me(w);
   ClientOptions options;
   options.masters = w.masters;
   options.ttl = w.config.ttl;
@@ -230,17 +253,18 @@ constexpr const char* kCompareAndDelete =
 
 std::string lock_key() { return std::string("redlock:") + kResource; }
 
-// The validity a single-master client may claim: ttl minus the library's drift rule.
+// The validity a single-master client may claim: ttl minus the library's drift allowance
+// (with the library's default drift options).
 std::int64_t lease_deadline(const Config& config, std::int64_t started_ns) {
-  const auto drift = std::chrono::duration_cast<std::chrono::nanoseconds>(config.ttl) / 100 + 2ms;
-  return started_ns + ns_of(std::chrono::duration_cast<std::chrono::nanoseconds>(config.ttl) - drift);
+  const auto drift = redlock::drift_allowance(ClientOptions{}, config.ttl);
+  return started_ns + ns_of(std::chrono::duration_cast<std::chrono::nanoseconds>(config.ttl - drift));
 }
 
 // failover:     SET NX PX on the master in shared.master_port (which the parent moves to the
 //               promoted replica), compare-and-delete release. Seed 002.
 // get-then-del: SET NX PX, release is GET, a pause, then DEL — not atomic (broken on purpose).
 void single_master_worker(const WorkerContext& w) {
-  Client me(w);
+  WorkerProcess me(w);
   const bool failover = w.config.strategy == "failover";
   std::mt19937_64 rng(w.config.seed * 1000003u + static_cast<std::uint64_t>(w.me));
   const std::string key = lock_key();
@@ -333,7 +357,7 @@ std::int64_t client_wall_ms(const WorkerContext& w) {
 // expiry has not passed. A client whose clock runs ahead (client 0, --skew) takes a lock its
 // holder still has.
 void getset_timestamp_worker(const WorkerContext& w) {
-  Client me(w);
+  WorkerProcess me(w);
   std::mt19937_64 rng(w.config.seed * 1000003u + static_cast<std::uint64_t>(w.me));
   const std::string key = lock_key();
   RedisConnection c;
@@ -386,7 +410,7 @@ void getset_timestamp_worker(const WorkerContext& w) {
 // with no expiry, and nobody gets the lock again. The parent sets crash_next; the next client
 // whose SETNX succeeds records that and SIGKILLs itself before its EXPIRE.
 void setnx_expire_worker(const WorkerContext& w) {
-  Client me(w);
+  WorkerProcess me(w);
   std::mt19937_64 rng(w.config.seed * 1000003u + static_cast<std::uint64_t>(w.me));
   const std::string key = lock_key();
   RedisConnection c;

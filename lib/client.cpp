@@ -73,9 +73,11 @@ std::size_t Client::quorum() const noexcept { return impl_->quorum(); }
 const ClientOptions& Client::options() const noexcept { return impl_->options(); }
 std::vector<std::string> Client::endpoints() const { return impl_->names(); }
 
-std::chrono::microseconds Client::drift(Milliseconds ttl) const noexcept {
-  return detail::drift_for(ttl, impl_->options().drift_factor, impl_->options().drift_constant);
+std::chrono::microseconds drift_allowance(const ClientOptions& options, Milliseconds ttl) noexcept {
+  return detail::drift_for(ttl, options.drift_factor, options.drift_constant);
 }
+
+std::chrono::microseconds Client::drift(Milliseconds ttl) const noexcept { return drift_allowance(impl_->options(), ttl); }
 
 std::chrono::steady_clock::time_point Client::now() const { return impl_->clock().now(); }
 

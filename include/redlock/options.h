@@ -115,6 +115,11 @@ struct ClientOptions {
 };
 
 // Per-call overrides for one acquire; unset fields take the Client's options.
+// The drift allowance of `options` for a lock of `ttl`: ttl * drift_factor + drift_constant,
+// rounded up to whole microseconds (never below the formula). Client::drift is this for the
+// Client's own options; a tool that locks without a Client (chaos/) asks here too.
+[[nodiscard]] std::chrono::microseconds drift_allowance(const ClientOptions& options, Milliseconds ttl) noexcept;
+
 struct AcquireOptions {
   std::optional<Milliseconds> ttl;
   // Retries after the first attempt; -1 = keep retrying until `wait` runs out (or forever
