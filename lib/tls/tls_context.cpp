@@ -1,6 +1,7 @@
 #include "tls/tls_context.h"
 
 #include <openssl/err.h>
+#include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 
 #include <filesystem>
@@ -149,6 +150,12 @@ TlsContext::TlsContext(TlsOptions options) : options_(std::move(options)) {
                                "' cannot be loaded (expected a PEM certificate)"));
     }
     if (SSL_CTX_use_PrivateKey_file(ctx, options_.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
+      // OpenSSL checks the key against the certificate while loading it.
+      if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
+        ERR_clear_error();
+        config_error("key_file '" + printable(options_.key_file) + "' does not match cert_file '" +
+                     printable(options_.cert_file) + "'");
+      }
       config_error(with_reason("key_file '" + printable(options_.key_file) +
                                "' cannot be loaded (expected an unencrypted PEM private key)"));
     }

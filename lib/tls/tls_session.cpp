@@ -252,6 +252,14 @@ void TlsSession::shutdown() {
   if (SSL_shutdown(ssl_.get()) < 0) ERR_clear_error();
 }
 
+std::string TlsSession::handshake_timeout_reason() const {
+  if (!any_byte_received_) {
+    return "TLS handshake timed out: the server sent nothing in answer to the ClientHello "
+           "(a plain redis:// port never answers one; is this master really TLS?)";
+  }
+  return "TLS handshake timed out: the server answered the ClientHello but did not complete the handshake";
+}
+
 bool TlsSession::session_reused() const noexcept {
   return state_ != State::handshaking && ssl_ && SSL_session_reused(ssl_.get()) == 1;
 }

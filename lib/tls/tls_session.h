@@ -112,6 +112,12 @@ class TlsSession {
   // session just failed: check failed()).
   std::size_t read_plaintext(std::span<char> out);
 
+  // What to report when the owner's connect timeout ends a handshake that is still
+  // running: a server that sent nothing at all is most likely a plain redis:// port
+  // (Redis reads a ClientHello as an inline command and waits for a newline that never
+  // comes: its search stops at the ClientHello's NUL bytes), so it never answers.
+  std::string handshake_timeout_reason() const;
+
   // Queues a close_notify (then take_ciphertext() and close the socket). Idempotent.
   void shutdown();
 
