@@ -23,8 +23,9 @@
 //
 // Failures: once state() is failed, failure() and failure_reason() say why, precisely
 // (unknown CA, expired certificate, name mismatch, client certificate required or
-// rejected, not TLS at all, protocol too old, closed ...). No reason ever contains key
-// material or bytes the server sent.
+// rejected, not TLS at all, protocol too old, closed ...). No reason contains key
+// material; of what the server sent, only its certificate's names and dates appear,
+// sanitised to printable ASCII and bounded (never its stream's bytes).
 //
 // TLS 1.3 note: the server checks our client certificate AFTER our side of the handshake
 // is complete, so "client certificate required/rejected" arrives on the first
