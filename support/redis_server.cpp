@@ -4,10 +4,14 @@
 
 #include "support/hiredis_handle.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -21,9 +25,11 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <stdexcept>
 #include <string_view>
 #include <system_error>
@@ -145,11 +151,178 @@ Reply convert(const redisReply& r) {
   return out;
 }
 
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd) noexcept : fd_(fd) {}
+  ~UniqueFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const noexcept { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// ---------------------------------------------------------------- TLS glue
+//
+// hiredis 0.14 has no TLS, so a TLS-only server is probed with a small blocking OpenSSL
+// client of our own; replies are parsed with hiredis's reader as in plain mode. It does
+// not verify the server (the tests give servers broken certificates on purpose, and the
+// probe identifies our child by its process id instead).
+
+struct SslCtxFree {
+  void operator()(SSL_CTX* ctx) const noexcept { SSL_CTX_free(ctx); }
+};
+struct SslFree {
+  void operator()(SSL* ssl) const noexcept { SSL_free(ssl); }
+};
+struct ReaderFree {
+  void operator()(redisReader* reader) const noexcept { redisReaderFree(reader); }
+};
+
+std::string resp_encode(const std::vector<std::string>& argv) {
+  std::string out = "*" + std::to_string(argv.size()) + "\r\n";
+  for (const auto& arg : argv) out += "$" + std::to_string(arg.size()) + "\r\n" + arg + "\r\n";
+  return out;
+}
+
+// Connects with a timeout; the socket is returned blocking with SO_RCVTIMEO/SO_SNDTIMEO.
+int connect_blocking(const std::string& host, std::uint16_t port, std::chrono::milliseconds connect_timeout,
+                     std::chrono::milliseconds io_timeout, std::string& error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
+    error = std::string("getaddrinfo: ") + gai_strerror(rc);
+    return -1;
+  }
+  const std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(found, &freeaddrinfo);
+  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    error = std::string("socket: ") + std::strerror(errno);
+    return -1;
+  }
+  if (::connect(fd, found->ai_addr, found->ai_addrlen) != 0 && errno != EINPROGRESS) {
+    error = std::string("connect: ") + std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  pollfd pfd{fd, POLLOUT, 0};
+  int so_error = 0;
+  socklen_t len = sizeof so_error;
+  if (::poll(&pfd, 1, static_cast<int>(connect_timeout.count())) != 1 ||
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0 || so_error != 0) {
+    error = so_error != 0 ? std::string("connect: ") + std::strerror(so_error) : "connect timed out";
+    ::close(fd);
+    return -1;
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const timeval tv = to_timeval(io_timeout);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// Sends `commands` pipelined over one TLS connection and returns their replies, or
+// std::nullopt with `error` set.
+std::optional<std::vector<Reply>> tls_exchange(const RedisServerOptions& options, std::uint16_t port,
+                                               const std::vector<std::vector<std::string>>& commands,
+                                               std::chrono::milliseconds connect_timeout,
+                                               std::chrono::milliseconds io_timeout, std::string& error) {
+  ERR_clear_error();
+  auto fail = [&error](std::string what) -> std::optional<std::vector<Reply>> {
+    const unsigned long code = ERR_get_error();
+    const char* reason = code != 0 ? ERR_reason_error_string(code) : nullptr;
+    error = reason != nullptr ? what + ": " + reason : what;
+    ERR_clear_error();
+    return std::nullopt;
+  };
+  const std::unique_ptr<SSL_CTX, SslCtxFree> ctx(SSL_CTX_new(TLS_client_method()));
+  if (!ctx) return fail("SSL_CTX_new");
+  // Down to TLS 1.0 at security level 0, so a server restricted to an old protocol (as
+  // the tests make on purpose) can still be probed.
+  SSL_CTX_set_min_proto_version(ctx.get(), 0);
+  SSL_CTX_set_security_level(ctx.get(), 0);
+  if (SSL_CTX_set_cipher_list(ctx.get(), "DEFAULT:@SECLEVEL=0") != 1) return fail("cipher list");
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_NONE, nullptr);
+  const auto& tls = options.tls;
+  if (!tls.client_cert_file.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(ctx.get(), tls.client_cert_file.c_str()) != 1) {
+      return fail("client certificate " + tls.client_cert_file);
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx.get(), tls.client_key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
+      return fail("client key " + tls.client_key_file);
+    }
+  }
+  const UniqueFd fd(connect_blocking(options.bind, port, connect_timeout, io_timeout, error));
+  if (fd.get() < 0) return std::nullopt;
+  const std::unique_ptr<SSL, SslFree> ssl(SSL_new(ctx.get()));
+  if (!ssl || SSL_set_fd(ssl.get(), fd.get()) != 1) return fail("SSL_new");
+  ScopedSigpipeBlock no_sigpipe;
+  if (SSL_connect(ssl.get()) != 1) return fail("TLS handshake");
+  std::string request;
+  for (const auto& argv : commands) request += resp_encode(argv);
+  std::size_t written = 0;
+  if (SSL_write_ex(ssl.get(), request.data(), request.size(), &written) != 1 || written != request.size()) {
+    return fail("TLS write");
+  }
+  const std::unique_ptr<redisReader, ReaderFree> reader(redisReaderCreate());
+  if (!reader) return fail("redisReaderCreate");
+  std::vector<Reply> replies;
+  char buffer[16 * 1024];
+  while (replies.size() < commands.size()) {
+    void* raw = nullptr;
+    if (redisReaderGetReply(reader.get(), &raw) != REDIS_OK) {
+      error = "protocol error in reply";
+      return std::nullopt;
+    }
+    if (raw != nullptr) {
+      const RedisReplyPtr reply(static_cast<redisReply*>(raw));
+      replies.push_back(convert(*reply));
+      continue;
+    }
+    std::size_t got = 0;
+    // TLS 1.3 with a required client certificate: a refusal arrives here, on the read.
+    if (SSL_read_ex(ssl.get(), buffer, sizeof buffer, &got) != 1) return fail("TLS read");
+    if (redisReaderFeed(reader.get(), buffer, got) != REDIS_OK) {
+      error = "protocol error in reply";
+      return std::nullopt;
+    }
+  }
+  return replies;
+}
+
 // True only if the server on `port` answers PING *and* is our child: with
 // auto-picked ports another process may grab the port between our pick and
 // redis's bind, and we must not mistake that server for ours.
+bool is_our_child(std::string_view info, pid_t expected_pid) {
+  constexpr std::string_view key = "process_id:";
+  const auto at = info.find(key);
+  if (at == std::string_view::npos) return false;
+  return std::atol(std::string(info.substr(at + key.size(), 20)).c_str()) == static_cast<long>(expected_pid);
+}
+
 bool answers_ping(const RedisServerOptions& options, std::uint16_t port, pid_t expected_pid) {
   std::string error;
+  if (!options.tls.cert_file.empty()) {
+    std::vector<std::vector<std::string>> commands;
+    if (!options.password.empty()) commands.push_back({"AUTH", options.password});
+    commands.push_back({"PING"});
+    commands.push_back({"INFO", "server"});
+    const auto replies = tls_exchange(options, port, commands, kProbeConnectTimeout, kProbeIoTimeout, error);
+    if (!replies) return false;
+    for (const auto& reply : *replies) {
+      if (reply.type == Reply::Type::error) return false;
+    }
+    const Reply& pong = (*replies)[replies->size() - 2];
+    const Reply& info = replies->back();
+    return pong.type == Reply::Type::status && pong.str == "PONG" && info.type == Reply::Type::string &&
+           is_our_child(info.str, expected_pid);
+  }
   const ContextPtr ctx =
       connect_to(options.bind, port, kProbeConnectTimeout, kProbeIoTimeout, error);
   if (!ctx) return false;
@@ -173,19 +346,6 @@ bool answers_ping(const RedisServerOptions& options, std::uint16_t port, pid_t e
 
 // ---------------------------------------------------------------- OS helpers
 
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd) noexcept : fd_(fd) {}
-  ~UniqueFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const noexcept { return fd_; }
-
- private:
-  int fd_;
-};
 
 [[noreturn]] void throw_errno(const std::string& what) {
   throw std::system_error(errno, std::generic_category(), what);
@@ -312,7 +472,7 @@ RedisServer::~RedisServer() {
 
 std::string RedisServer::uri() const {
   const bool ipv6 = options_.bind.find(':') != std::string::npos;
-  return "redis://" + (ipv6 ? "[" + options_.bind + "]" : options_.bind) + ":" +
+  return (tls() ? "rediss://" : "redis://") + (ipv6 ? "[" + options_.bind + "]" : options_.bind) + ":" +
          std::to_string(port_);
 }
 
@@ -387,6 +547,17 @@ Reply RedisServer::command(const std::vector<std::string>& argv) const {
   // the port is never mistaken for it.
   if (!running()) throw std::runtime_error("command(): " + describe() + " is not running");
   std::string error;
+  if (tls()) {
+    std::vector<std::vector<std::string>> commands;
+    if (!options_.password.empty()) commands.push_back({"AUTH", options_.password});
+    commands.push_back(argv);
+    auto replies = tls_exchange(options_, port_, commands, kCommandTimeout, kCommandTimeout, error);
+    if (!replies) throw std::runtime_error(argv.front() + " to " + describe() + " over TLS failed: " + error);
+    if (!options_.password.empty() && replies->front().type == Reply::Type::error) {
+      throw std::runtime_error("AUTH rejected by " + describe() + ": " + replies->front().str);
+    }
+    return std::move(replies->back());
+  }
   const ContextPtr ctx = connect_to(options_.bind, port_, kCommandTimeout, kCommandTimeout, error);
   if (!ctx) throw std::runtime_error("cannot connect to " + describe() + ": " + error);
   if (!options_.password.empty()) {
@@ -461,8 +632,9 @@ RedisServer::StartResult RedisServer::try_start() {
 }
 
 void RedisServer::spawn() {
+  const auto& tls = options_.tls;
   std::vector<std::string> args = {executable_path_,
-                                   "--port", std::to_string(port_),
+                                   "--port", tls.cert_file.empty() ? std::to_string(port_) : "0",
                                    "--bind", options_.bind,
                                    "--dir", dir_,
                                    "--logfile", log_path_,
@@ -473,6 +645,13 @@ void RedisServer::spawn() {
                                    "--appendonly", options_.persistence ? "yes" : "no"};
   if (options_.persistence) args.insert(args.end(), {"--appendfsync", "always"});
   if (!options_.password.empty()) args.insert(args.end(), {"--requirepass", options_.password});
+  if (!tls.cert_file.empty()) {
+    args.insert(args.end(), {"--tls-port", std::to_string(port_), "--tls-cert-file", tls.cert_file,
+                             "--tls-key-file", tls.key_file, "--tls-auth-clients", tls.auth_clients});
+    if (!tls.ca_cert_file.empty()) args.insert(args.end(), {"--tls-ca-cert-file", tls.ca_cert_file});
+    if (!tls.protocols.empty()) args.insert(args.end(), {"--tls-protocols", tls.protocols});
+    if (!tls.ciphers.empty()) args.insert(args.end(), {"--tls-ciphers", tls.ciphers});
+  }
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
 
   // Everything the child needs is prepared here: between fork and exec in a

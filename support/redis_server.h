@@ -24,6 +24,28 @@
 
 namespace redlock::support {
 
+// TLS for a test server (Redis 7 built with TLS, as Debian's is). Off unless cert_file is
+// set; then the server listens ONLY with TLS (--port 0 --tls-port port()), uri() says
+// rediss://, and the helper's own connections (the readiness probe, command()) speak TLS
+// too (without verifying the server: they check that it is our child, by process id, as
+// in plain mode, and must work with the deliberately broken certificates of the tests).
+struct RedisServerTlsOptions {
+  std::string cert_file;     // --tls-cert-file (PEM); non-empty turns TLS on
+  std::string key_file;      // --tls-key-file
+  std::string ca_cert_file;  // --tls-ca-cert-file: CAs that sign client certificates
+  // --tls-auth-clients: "yes" (a client certificate is required), "no", "optional".
+  std::string auth_clients = "no";
+  // --tls-protocols, e.g. "TLSv1.1" or "TLSv1.2 TLSv1.3"; empty = Redis's default.
+  std::string protocols;
+  // --tls-ciphers (TLS 1.2 and lower), e.g. "DEFAULT:@SECLEVEL=0" to allow TLS 1.1;
+  // empty = Redis's default.
+  std::string ciphers;
+  // Certificate and key the helper's own connections present (needed when auth_clients
+  // is "yes"); empty = none.
+  std::string client_cert_file;
+  std::string client_key_file;
+};
+
 struct RedisServerOptions {
   // Loopback address to listen on (and to connect to).
   std::string bind = "127.0.0.1";
@@ -46,6 +68,8 @@ struct RedisServerOptions {
   std::vector<std::string> environment;
   // How long the constructor and restart() wait for the first PONG.
   std::chrono::milliseconds start_timeout{5000};
+  // TLS-only server when tls.cert_file is set (see RedisServerTlsOptions).
+  RedisServerTlsOptions tls;
 };
 
 // Owned, recursive copy of a hiredis reply (no hiredis types leak out).
@@ -73,7 +97,8 @@ class RedisServer {
 
   std::uint16_t port() const noexcept { return port_; }
   const std::string& host() const noexcept { return options_.bind; }
-  std::string uri() const;  // "redis://HOST:PORT" (IPv6 hosts bracketed)
+  std::string uri() const;  // "redis://HOST:PORT" ("rediss://" with TLS; IPv6 hosts bracketed)
+  bool tls() const noexcept { return !options_.tls.cert_file.empty(); }
   const std::string& data_dir() const noexcept { return dir_; }
 
   // pid() and running() reap the child if it died on its own, so they
@@ -90,7 +115,7 @@ class RedisServer {
   void restart();
 
   // One synchronous command on a fresh connection (1 s connect and I/O
-  // timeout). Redis error replies are returned as Reply::Type::error; throws
+  // timeout; over TLS when the server is TLS-only). Redis error replies are returned as Reply::Type::error; throws
   // std::runtime_error if the server is not running, unreachable or times out.
   Reply command(const std::vector<std::string>& argv) const;
 
