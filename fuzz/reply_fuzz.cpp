@@ -35,6 +35,7 @@
 #include "detail/lock_commands.h"
 #include "detail/quorum.h"
 #include "detail/reply_reader.h"
+#include "detail/server_info.h"
 #include "fuzz_check.h"
 #include "redlock/result.h"
 
@@ -46,7 +47,10 @@ using redlock::detail::ReplyLimits;
 using redlock::detail::ReplyPtr;
 using redlock::detail::ReplyReader;
 using redlock::detail::ReplyVote;
+using redlock::detail::read_config_get;
+using redlock::detail::read_info_server;
 using redlock::detail::RoundKind;
+using redlock::detail::ServerInfo;
 
 // A reply tree as text, to compare with hiredis alone: "+OK", ":5", "$foo", "nil", "[a,b]".
 std::string show(const redisReply& reply) {
@@ -110,6 +114,21 @@ void check_vote(const redisReply& reply, RoundKind kind, bool fencing, std::uint
           reply.type == REDIS_REPLY_INTEGER && reply.integer >= 0 && static_cast<std::uint64_t>(reply.integer) >= fence,
           "fence acknowledged below the token");
     }
+  }
+}
+
+// The same reply as the handshake's INFO server or CONFIG GET answer (a hostile master may
+// send anything there too): either a run_id with a start not after the read, or a reason.
+void check_handshake_reply(const redisReply& reply, std::uint64_t read_at_ns) {
+  ServerInfo info;
+  read_info_server(reply, read_at_ns, info);
+  FUZZ_CHECK(info.run_id.empty() != info.error.empty(), "INFO read gave both or neither of a run_id and a reason");
+  FUZZ_CHECK(info.started_ns <= read_at_ns, "a server started after its INFO was read");
+  ServerInfo config;
+  read_config_get(reply, config);
+  if (reply.type != REDIS_REPLY_ARRAY) {
+    FUZZ_CHECK(config.appendonly.empty() && config.appendfsync.empty() && config.maxmemory_policy.empty(),
+               "CONFIG GET read a value from a reply that is not an array");
   }
 }
 
@@ -215,6 +234,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         check_vote(*reply, kind, false, fence);
       }
       check_vote(*reply, RoundKind::acquire, true, fence);
+      check_handshake_reply(*reply, fence);
       replies.push_back(show(*reply));
     }
     if (!refused) {

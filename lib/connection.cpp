@@ -307,42 +307,9 @@ void Connection::deliver(Pending pending, const redisReply* reply) {
 
 void Connection::on_handshake_reply(Step step, const redisReply* reply) {
   if (step == Step::server_info) {
-    if (reply->type != REDIS_REPLY_STRING) {
-      info_.error = "INFO server failed: " +
-                    (reply->type == REDIS_REPLY_ERROR ? std::string(reply->str, reply->len) : std::string("no text"));
-      return;
-    }
-    const std::string_view text(reply->str, reply->len);
-    const auto field = [&](std::string_view name) -> std::string_view {
-      const auto at = text.find(name);
-      if (at == std::string_view::npos) return {};
-      const auto start = at + name.size();
-      return text.substr(start, text.find_first_of("\r\n", start) - start);
-    };
-    const std::string_view run_id = field("\nrun_id:");
-    const std::string_view uptime = field("\nuptime_in_seconds:");
-    std::uint64_t seconds = 0;
-    const auto [end, ec] = std::from_chars(uptime.data(), uptime.data() + uptime.size(), seconds);
-    if (run_id.empty() || uptime.empty() || ec != std::errc()) {
-      info_.error = "INFO server has no run_id / uptime_in_seconds";
-      return;
-    }
-    info_.run_id = std::string(run_id);
-    // uptime_in_seconds is the difference of two whole wall-clock seconds (now and the start),
-    // so a server started at x.9 s reads 1 at x+1.0 s: the true age can be up to 1 s less.
-    // Counting from (uptime - 1) s before this read is the youngest the server can be.
-    const std::uint64_t now = now_ns();
-    const std::uint64_t whole = seconds > 0 ? seconds - 1 : 0;
-    const std::uint64_t at_least_ns =
-        whole > std::numeric_limits<std::uint64_t>::max() / 1'000'000'000u ? now : whole * 1'000'000'000u;
-    info_.started_ns = at_least_ns < now ? now - at_least_ns : 0;
-  } else if (step == Step::config_get && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-             reply->element[0]->type == REDIS_REPLY_STRING && reply->element[1]->type == REDIS_REPLY_STRING) {
-    const std::string_view name(reply->element[0]->str, reply->element[0]->len);
-    std::string value(reply->element[1]->str, reply->element[1]->len);
-    if (name == "maxmemory-policy") info_.maxmemory_policy = std::move(value);
-    if (name == "appendonly") info_.appendonly = std::move(value);
-    if (name == "appendfsync") info_.appendfsync = std::move(value);
+    read_info_server(*reply, now_ns(), info_);
+  } else if (step == Step::config_get) {
+    read_config_get(*reply, info_);
   }
 }
 

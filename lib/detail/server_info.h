@@ -35,6 +35,14 @@ struct ServerInfo {
   [[nodiscard]] bool durable() const noexcept { return appendonly == "yes" && appendfsync == "always"; }
 };
 
+// The handshake's own replies, read into `info` (free functions so they can be fuzzed).
+// INFO server: run_id and uptime_in_seconds, read at `read_at_ns` (loop time), set run_id and
+// started_ns, or error when the reply has neither.
+void read_info_server(const redisReply& reply, std::uint64_t read_at_ns, ServerInfo& info);
+// CONFIG GET of maxmemory-policy, appendonly or appendfsync: sets that field; anything else
+// (an error, a refused CONFIG, another shape) leaves `info` alone (unknown = not durable).
+void read_config_get(const redisReply& reply, ServerInfo& info);
+
 // One command the connection sends in every handshake after INFO and CONFIG GET, and what
 // its reply means: `check` may record in ServerInfo what the reply showed.
 struct HandshakeStep {

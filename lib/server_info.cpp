@@ -1,0 +1,55 @@
+// Reading the handshake's INFO server and CONFIG GET replies (detail/server_info.h).
+#include "detail/server_info.h"
+
+#include <hiredis/hiredis.h>
+
+#include <charconv>
+#include <limits>
+#include <string_view>
+
+namespace redlock::detail {
+
+void read_info_server(const redisReply& reply, std::uint64_t read_at_ns, ServerInfo& info) {
+  if (reply.type != REDIS_REPLY_STRING) {
+    info.error = "INFO server failed: " +
+                 (reply.type == REDIS_REPLY_ERROR ? std::string(reply.str, reply.len) : std::string("no text"));
+    return;
+  }
+  const std::string_view text(reply.str, reply.len);
+  const auto field = [&](std::string_view name) -> std::string_view {
+    const auto at = text.find(name);
+    if (at == std::string_view::npos) return {};
+    const auto start = at + name.size();
+    return text.substr(start, text.find_first_of("\r\n", start) - start);
+  };
+  const std::string_view run_id = field("\nrun_id:");
+  const std::string_view uptime = field("\nuptime_in_seconds:");
+  std::uint64_t seconds = 0;
+  const auto [end, ec] = std::from_chars(uptime.data(), uptime.data() + uptime.size(), seconds);
+  if (run_id.empty() || uptime.empty() || ec != std::errc()) {
+    info.error = "INFO server has no run_id / uptime_in_seconds";
+    return;
+  }
+  info.run_id = std::string(run_id);
+  // uptime_in_seconds is the difference of two whole wall-clock seconds (now and the start),
+  // so a server started at x.9 s reads 1 at x+1.0 s: the true age can be up to 1 s less.
+  // Counting from (uptime - 1) s before this read is the youngest the server can be.
+  const std::uint64_t whole = seconds > 0 ? seconds - 1 : 0;
+  const std::uint64_t at_least_ns =
+      whole > std::numeric_limits<std::uint64_t>::max() / 1'000'000'000u ? read_at_ns : whole * 1'000'000'000u;
+  info.started_ns = at_least_ns < read_at_ns ? read_at_ns - at_least_ns : 0;
+}
+
+void read_config_get(const redisReply& reply, ServerInfo& info) {
+  if (reply.type != REDIS_REPLY_ARRAY || reply.elements != 2 || reply.element[0]->type != REDIS_REPLY_STRING ||
+      reply.element[1]->type != REDIS_REPLY_STRING) {
+    return;
+  }
+  const std::string_view name(reply.element[0]->str, reply.element[0]->len);
+  std::string value(reply.element[1]->str, reply.element[1]->len);
+  if (name == "maxmemory-policy") info.maxmemory_policy = std::move(value);
+  if (name == "appendonly") info.appendonly = std::move(value);
+  if (name == "appendfsync") info.appendfsync = std::move(value);
+}
+
+}  // namespace redlock::detail
