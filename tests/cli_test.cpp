@@ -1038,7 +1038,6 @@ TEST_F(CliTest, AcquireWithMastersMissingWarns) {
   const auto notes = nlohmann::json::parse(json.out).at("notes");
   ASSERT_EQ(notes.size(), 1u) << json.out;
   EXPECT_NE(notes[0].get<std::string>().find("1 unreachable: 127.0.0.1:" + port), std::string::npos) << json.out;
-  TempDir dir;
   const Finished run = redlock({"run", "job4", "--", "true"});
   EXPECT_EQ(run.exit_code, 0) << describe(run);
   EXPECT_NE(run.err.find("granted by 2 of 3 masters"), std::string::npos) << run.err;
