@@ -29,10 +29,16 @@ std::string command_name(CommandKind kind) {
 // A failure before (or instead of) any lock operation. Text on stderr; under --json one JSON
 // object (error_json) where the subcommand writes its result: stdout, or stderr for run, whose
 // stdout belongs to the command.
+// `args` (when the command line parsed) fills in the resource and key.
 int report_error(bool json, std::string_view command, std::string_view outcome, const std::string& message,
-                 int code, std::string_view text_suffix = {}) {
+                 int code, std::string_view text_suffix = {}, const Args* args = nullptr) {
   if (json) {
-    Output::emit(command == "run" ? stderr : stdout, error_json(command, outcome, message, code));
+    Json object = error_json(command, outcome, message, code);
+    if (args != nullptr && !args->resource.empty()) {
+      object["resource"] = args->resource;
+      object["key"] = args->prefix + args->resource;
+    }
+    Output::emit(command == "run" ? stderr : stdout, object);
   } else {
     print_error(message + std::string(text_suffix));
   }
@@ -72,11 +78,11 @@ int main(int argc, char** argv) {
     }
     return dispatch(settings);
   } catch (const UsageError& error) {
-    return report_error(args.json, command, "usage_error", error.what(), kExitUsage);
+    return report_error(args.json, command, "usage_error", error.what(), kExitUsage, {}, &args);
   } catch (const redlock::ConfigError& error) {
-    return report_error(args.json, command, "usage_error", error.what(), kExitUsage);
+    return report_error(args.json, command, "usage_error", error.what(), kExitUsage, {}, &args);
   } catch (const std::exception& error) {
     return report_error(args.json, command, "internal_error", std::string("internal error: ") + error.what(),
-                        kExitSoftware);
+                        kExitSoftware, {}, &args);
   }
 }

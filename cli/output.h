@@ -29,7 +29,8 @@ using Json = nlohmann::ordered_json;
 
 // A failure found before any lock operation (usage error, internal error) as JSON: outcome is
 // `outcome` ("usage_error", "internal_error"), message the error. `command` may be empty
-// (not known): null; for "run" the run_keys() are added too.
+// (not known): null; for "run" the run_keys() are added too. resource and key are null (the
+// caller sets them when the command line parsed).
 [[nodiscard]] Json error_json(std::string_view command, std::string_view outcome, std::string_view message,
                              int exit_code);
 

@@ -1106,6 +1106,7 @@ TEST_F(CliTest, JsonOutputHasTheSameKeysForEveryOutcome) {
   const auto usage = check("bad duration", {"--json", "--ttl", "10x", "acquire", "job"}, 64, false);
   EXPECT_EQ(usage.value("outcome", ""), "usage_error");
   EXPECT_NE(usage.value("message", "").find("'10x'"), std::string::npos) << usage;
+  EXPECT_EQ(usage.value("resource", ""), "job") << usage;
   const auto parse = check("unknown subcommand", {"--json", "aquire", "job"}, 64, false);
   EXPECT_NE(parse.value("message", "").find("unknown subcommand 'aquire'"), std::string::npos) << parse;
   check("bad token", {"--json", "release", "job", "xyz"}, 64, false);
