@@ -29,7 +29,11 @@ run: the command runs in a process group of its own. If the lock is lost, the gr
   SIGTERM at the latest --kill-after + margin before the lock's deadline and SIGKILL at the
   margin (ttl/20, 10ms..500ms) before it; redlock exits 75 once no process of the group is
   left. The lock is released only when the whole group is gone. The command's environment
-  has REDLOCK_RESOURCE, REDLOCK_KEY, REDLOCK_TOKEN, and no password.
+  has REDLOCK_RESOURCE, REDLOCK_KEY, REDLOCK_TOKEN (with --fencing also REDLOCK_FENCE, the
+  fencing token to hand to a fenced store), and no password.
+acquire --fencing prints "TOKEN FENCE" on one line: read -r token fence < <(redlock ...).
+Usage errors (64) under --json are a JSON object too, where that subcommand writes its result
+  (stdout; run: stderr), with "outcome":"usage_error".
 
 Exit status (sysexits.h):
   0    success (run: the command's own exit status; 128+N if it was killed by signal N)
@@ -37,10 +41,12 @@ Exit status (sysexits.h):
                        no masters, unreadable or too open masters file, ...
   69   EX_UNAVAILABLE  no quorum of masters answered in time (or another failure)
   70   EX_SOFTWARE     internal error;  71 EX_OSERR: run could not start the command
-  73   EX_CANTCREAT    the lock is held by another owner (acquire, run)
+  73   EX_CANTCREAT    the lock is held by another owner (acquire, run); -E N changes it
   75   EX_TEMPFAIL     the lock was lost: extend refused, or (run) lost while the command
                        ran (its process group was stopped before the lock's deadline)
-  77   EX_NOPERM       every master refused the lock user's permissions (ACL; docs/permissions.md)
+  77   EX_NOPERM       masters refused the password (WRONGPASS, NOAUTH) or the lock user's
+                       permissions (ACL; docs/permissions.md), so many that no quorum is left;
+                       decided after the first attempt, without retrying
   126  run: the command is not executable;  127: the command was not found
 
 Examples:
@@ -99,7 +105,124 @@ bool to_milliseconds(std::string_view text, long long& out, bool& too_large) {
   return true;
 }
 
+// Edit distance (insertions, deletions, substitutions), for "did you mean".
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "; did you mean 'X'?" for the closest of `known`, if it is a typo away (at most 2 edits,
+// and fewer than half the word); else "".
+std::string suggestion(std::string_view word, const std::vector<std::string>& known) {
+  std::string best;
+  std::size_t best_distance = 3;
+  for (const auto& name : known) {
+    const std::size_t distance = edit_distance(word, name);
+    if (distance < best_distance && 2 * distance < std::max(word.size(), name.size())) {
+      best = name;
+      best_distance = distance;
+    }
+  }
+  return best.empty() ? std::string() : "; did you mean '" + best + "'?";
+}
+
+constexpr const char* kSubcommands[] = {"acquire", "release", "extend", "run"};
+
+// Every long option name ("--ttl") of `app` and of its subcommands.
+void collect_option_names(const CLI::App& app, std::vector<std::string>& out) {
+  for (const CLI::Option* option : app.get_options()) {
+    for (const auto& name : option->get_lnames()) out.push_back("--" + name);
+  }
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    collect_option_names(*sub, out);
+  }
+}
+
 }  // namespace
+
+std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& error) {
+  // (By type: CLI11 names an ExtrasError after the app, not after its class.)
+  const bool extras = dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr;
+  const bool required = dynamic_cast<const CLI::RequiredError*>(&error) != nullptr;
+  if (!extras && !required) return error.what();
+  // The words CLI11 could not place, the parsed subcommand's included.
+  std::vector<std::string> left;
+  for (const auto& word : app.remaining(true)) {
+    if (word != "--") left.push_back(word);
+  }
+  const std::vector<std::string> subcommands(std::begin(kSubcommands), std::end(kSubcommands));
+  const std::string expected = "expected one of acquire, release, extend, run";
+  if (app.get_subcommands().empty()) {
+    // No subcommand was recognised: the first word that is not an option was meant as one.
+    for (const auto& word : left) {
+      if (!word.empty() && word.front() != '-') {
+        return "unknown subcommand '" + printable(word) + "'" + suggestion(word, subcommands) + "; " + expected;
+      }
+    }
+    if (required) return "no subcommand given: " + expected;
+  }
+  if (!extras || left.empty()) return error.what();
+  std::vector<std::string> options;
+  collect_option_names(app, options);
+  std::string message;
+  for (const auto& word : left) {
+    if (!message.empty()) message += "; ";
+    if (word.size() > 1 && word.front() == '-') {
+      const std::string flag = word.substr(0, word.find('='));
+      message += "unknown option '" + printable(flag) + "'" + suggestion(flag, options);
+    } else {
+      message += "unexpected argument '" + printable(word) + "'";
+    }
+  }
+  return message;
+}
+
+CommandLineShape peek_command_line(int argc, char** argv) {
+  CommandLineShape shape;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view word = argv[i];
+    if (word == "--") break;
+    if (word == "--json") shape.json = true;
+    if (shape.command.empty() &&
+        std::find(std::begin(kSubcommands), std::end(kSubcommands), word) != std::end(kSubcommands)) {
+      shape.command = std::string(word);
+    }
+  }
+  return shape;
+}
+
+void check_token(std::string_view token) {
+  if (token.empty()) throw UsageError("TOKEN is empty: give the token acquire printed");
+  std::string problem;
+  if (const auto bad = std::find_if(token.begin(), token.end(),
+                                    [](char c) { return !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')); });
+      bad != token.end()) {
+    const auto at = static_cast<std::size_t>(bad - token.begin());
+    const auto byte = static_cast<unsigned char>(*bad);
+    const std::string shown = byte == ' '                 ? "a space (the FENCE of 'TOKEN FENCE' glued on?)"
+                              : byte < 0x20 || byte >= 0x7f ? "byte " + std::to_string(byte)
+                                                            : "'" + std::string(1, *bad) + "'";
+    problem = "character " + std::to_string(at + 1) + " is " + shown;
+  } else if (token.size() != kTokenLength) {
+    problem = "it has " + std::to_string(token.size()) + " characters";
+  } else {
+    return;
+  }
+  const std::string start = printable(token.substr(0, std::min(kTokenShownChars, token.size() / 2)));
+  throw UsageError("invalid TOKEN (" + std::to_string(token.size()) + " characters, starting '" + start +
+                   "'): " + problem + "; a token is the " + std::to_string(kTokenLength) +
+                   " lowercase hex digits acquire printed");
+}
 
 std::string printable(std::string_view text) {
   std::string out;
@@ -179,6 +302,10 @@ void define_interface(CLI::App& app, Args& args) {
   app.add_flag("--json", args.json,
                "Machine-readable output: one JSON object (on stdout; run: on stderr, when it ends)");
   app.add_flag("-q,--quiet", args.quiet, "No diagnostics on stderr (usage errors excepted)");
+  app.add_option("-E,--conflict-exit-code", args.conflict_exit_code,
+                 "Exit status when the lock is held by another owner (acquire, run), 0..255 (default 73, "
+                 "as flock -E)")
+      ->type_name("N");
 
   auto* acquire = app.add_subcommand(
       "acquire", "Acquire RESOURCE and print its token; the lock stays until its ttl ends or it is released");
@@ -186,6 +313,8 @@ void define_interface(CLI::App& app, Args& args) {
   acquire->add_option("--wait", args.wait,
                       "Keep retrying until this much time has passed (default: --retry-count retries)")
       ->type_name("DURATION");
+  acquire->add_flag("--fencing", args.fencing,
+                    "Also hand out a fencing token (docs/fencing.md): prints \"TOKEN FENCE\" on one line");
 
   auto* release = app.add_subcommand("release", "Release RESOURCE held with TOKEN (from acquire)");
   release->add_option("RESOURCE", args.resource, "Name of the lock")->required();
@@ -208,6 +337,8 @@ void define_interface(CLI::App& app, Args& args) {
   run->add_option("--wait", args.wait,
                   "Keep retrying the acquire until this much time has passed (default: --retry-count retries)")
       ->type_name("DURATION");
+  run->add_flag("--fencing", args.fencing,
+                "Also get a fencing token (docs/fencing.md) and pass it to the command as REDLOCK_FENCE");
   run->add_flag("--no-extend", args.no_extend,
                 "Hold the lock for one ttl only; if the command is still running when the lease is about to "
                 "end, its process group is stopped as after a loss and redlock exits 75");
@@ -219,6 +350,7 @@ void define_interface(CLI::App& app, Args& args) {
 
 void finish_parse(const CLI::App& app, Args& args) {
   args.retry_count_given = app.count("--retry-count") > 0;
+  args.conflict_exit_code_given = app.count("--conflict-exit-code") > 0;
   const auto chosen = app.get_subcommands();
   const std::string name = chosen.empty() ? std::string("acquire") : chosen.front()->get_name();
   if (name == "release") {
@@ -241,6 +373,14 @@ Settings resolve(const Args& args) {
   settings.program = args.program;
   settings.resource = args.resource;
   settings.token = args.token;
+  settings.acquire.fencing = args.fencing;
+  if (args.conflict_exit_code_given) {
+    if (args.conflict_exit_code < 0 || args.conflict_exit_code > 255) {
+      throw UsageError("--conflict-exit-code must be an exit status, 0..255 (got " +
+                       std::to_string(args.conflict_exit_code) + ")");
+    }
+    settings.conflict_exit_code = args.conflict_exit_code;
+  }
 
   auto& client = settings.client;
   if (!args.masters.empty() && !args.masters_file.empty()) {
@@ -313,9 +453,8 @@ Settings resolve(const Args& args) {
     throw UsageError("the resource name is " + std::to_string(settings.resource.size()) +
                      " bytes, more than the maximum " + std::to_string(redlock::kMaxResourceSize));
   }
-  if ((settings.command == CommandKind::release || settings.command == CommandKind::extend) &&
-      settings.token.empty()) {
-    throw UsageError("the token is empty");
+  if (settings.command == CommandKind::release || settings.command == CommandKind::extend) {
+    check_token(settings.token);
   }
   if (settings.command == CommandKind::run && settings.program.empty()) {
     throw UsageError("run needs a command: redlock run RESOURCE -- command [args...]");

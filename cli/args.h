@@ -9,10 +9,12 @@
 #include <string_view>
 #include <vector>
 
+#include "exit_codes.h"
 #include "redlock/options.h"
 
 namespace CLI {
 class App;
+class ParseError;
 }
 
 namespace redlock_cli {
@@ -40,11 +42,14 @@ struct Args {
   bool no_restart_guard = false;
   bool json = false;
   bool quiet = false;
+  int conflict_exit_code = kExitTaken;  // -E/--conflict-exit-code
+  bool conflict_exit_code_given = false;
 
   CommandKind command = CommandKind::acquire;
   std::string resource;
   std::string token;                 // release, extend
   std::string wait;                  // acquire, run; empty: the client's retries
+  bool fencing = false;              // acquire, run
   bool no_extend = false;            // run
   std::string kill_after;            // run; empty: ttl/10
   std::vector<std::string> program;  // run: the command and its arguments
@@ -64,6 +69,8 @@ struct Settings {
   std::vector<std::string> program;
   bool json = false;
   bool quiet = false;
+  // The exit status when the lock is held by another owner (acquire, run): 73 unless -E.
+  int conflict_exit_code = kExitTaken;
   // Absolute path of the masters file when the masters came from one (--masters-file or
   // REDLOCK_MASTERS_FILE): `run` passes it on to the command.
   std::string masters_file;
@@ -79,6 +86,29 @@ void finish_parse(const CLI::App& app, Args& args);
 // the library when the Client is built: redlock::ConfigError.) The masters come from the
 // first of: -m/--master, --masters-file (not both), $REDLOCK_MASTERS_FILE, $REDLOCK_MASTERS.
 [[nodiscard]] Settings resolve(const Args& args);
+
+// The message for a command line CLI11 refused, naming the unknown subcommand or option (with
+// the closest known name when one is near) or the unexpected word; else CLI11's own text.
+// Call after app.parse() threw `error`.
+[[nodiscard]] std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& error);
+
+// What can be told of a command line before (or without) parsing it: whether --json was given
+// and the subcommand's name ("" when none is recognisable), so that a usage error can be
+// reported as JSON where that subcommand writes its result. Stops at "--".
+struct CommandLineShape {
+  bool json = false;
+  std::string command;
+};
+[[nodiscard]] CommandLineShape peek_command_line(int argc, char** argv);
+
+// The owner tokens `acquire` prints: the library's (lib/token.cpp) 16 random bytes as 32
+// lowercase hex digits. Throws UsageError for anything else, naming `what` ("TOKEN"), the
+// length, the first offending character and at most the first kTokenShownChars characters:
+// a token is a capability on its lock, so a message (which may end up in a log) never
+// repeats one whole, even a malformed one (most often a real token with something glued on).
+inline constexpr std::size_t kTokenLength = 32;
+inline constexpr std::size_t kTokenShownChars = 8;
+void check_token(std::string_view token);
 
 // "500ms", "10s", "1.5s", "2m", "1h"; a plain number is milliseconds. Throws UsageError
 // naming `option` and the text.

@@ -1,6 +1,10 @@
 #include "commands.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <limits>
+#include <random>
+#include <thread>
 
 #include "exit_codes.h"
 #include "redlock/errors.h"
@@ -21,10 +25,157 @@ redlock::Lock adopted_lock(const redlock::Client& client, const Settings& settin
 
 std::string quoted(const Settings& settings) { return "'" + printable(settings.resource) + "'"; }
 
+std::string row_text(const redlock::MasterResult& master) {
+  std::string text = master.endpoint + " (" + std::string(redlock::to_string(master.status));
+  if (!master.error.empty()) text += ": " + master.error;
+  return text + ")";
+}
+
+// "granted by 2 of 3 masters; 1 unreachable: 127.0.0.1:7001 (not_connected: ...)": a lock held
+// on the bare quorum survives one master less than the operator may think.
+std::optional<std::string> partial_grant_warning(const redlock::Result& result, const Settings& settings) {
+  std::vector<std::string> unreachable;
+  std::vector<std::string> refused;
+  for (const auto& master : result.masters) {
+    switch (master.status) {
+      case redlock::MasterStatus::ok:
+      case redlock::MasterStatus::pending:  // not answered yet when the quorum was reached: no news
+        break;
+      case redlock::MasterStatus::timeout:
+      case redlock::MasterStatus::not_connected:
+        unreachable.push_back(row_text(master));
+        break;
+      default:
+        refused.push_back(row_text(master));
+        break;
+    }
+  }
+  if (unreachable.empty() && refused.empty()) return std::nullopt;
+  const auto list = [](const std::vector<std::string>& rows) {
+    std::string text;
+    for (const auto& row : rows) text += (text.empty() ? "" : ", ") + row;
+    return text;
+  };
+  std::string text = "warning: " + quoted(settings) + " granted by " +
+                     std::to_string(result.count(redlock::MasterStatus::ok)) + " of " +
+                     std::to_string(result.masters.size()) + " masters";
+  if (!unreachable.empty()) text += "; " + std::to_string(unreachable.size()) + " unreachable: " + list(unreachable);
+  if (!refused.empty()) text += "; " + std::to_string(refused.size()) + " did not grant: " + list(refused);
+  if (const auto pending = result.count(redlock::MasterStatus::pending); pending > 0) {
+    text += "; " + std::to_string(pending) + " had not answered yet";
+  }
+  return text;
+}
+
+// The restart guard's row text, "restarted 3 s ago; counted after 11 s (restart guard)"
+// (lib/restart_guard.cpp): the seconds until this master is counted, rounded up (both numbers
+// are whole seconds rounded down), or nullopt when the row does not say.
+std::optional<long long> seconds_until_counted(std::string_view error) {
+  long long age = 0;
+  long long after = 0;
+  char tail[32] = {};
+  if (std::sscanf(std::string(error).c_str(), "restarted %lld s ago; counted after %lld s %31[^\n]", &age, &after,
+                  tail) != 3 ||
+      std::string_view(tail) != "(restart guard)") {
+    return std::nullopt;
+  }
+  return std::max(0LL, after - age + 1);
+}
+
+// A failed acquire that the restart guard decided: the masters that (re)started less than
+// max_lock_ttl ago give no votes yet. What to do about it, with the time to wait when the
+// rows say it: the quorum-th shortest wait (a master that answered counts at once, one that
+// did not never).
+std::optional<std::string> restart_guard_advice(const redlock::Result& result) {
+  std::size_t guarded = 0;
+  std::vector<long long> waits;
+  constexpr long long kNever = std::numeric_limits<long long>::max();
+  for (const auto& master : result.masters) {
+    switch (master.status) {
+      case redlock::MasterStatus::not_counted:
+        if (master.error.find("restart guard") == std::string::npos) {
+          waits.push_back(kNever);  // e.g. the fencing counter's catch-up: not this advice's business
+          break;
+        }
+        ++guarded;
+        waits.push_back(seconds_until_counted(master.error).value_or(kNever));
+        break;
+      case redlock::MasterStatus::ok:
+      case redlock::MasterStatus::held_by_other:
+      case redlock::MasterStatus::not_found:
+      case redlock::MasterStatus::pending:
+        waits.push_back(0);
+        break;
+      default:
+        waits.push_back(kNever);
+        break;
+    }
+  }
+  if (guarded == 0) return std::nullopt;
+  std::sort(waits.begin(), waits.end());
+  const std::size_t quorum = result.masters.size() / 2 + 1;
+  const long long wait = waits[quorum - 1];
+  std::string text = std::to_string(guarded) + " of " + std::to_string(result.masters.size()) +
+                     " masters (re)started less than --max-lock-ttl ago and are not counted yet (restart guard: a "
+                     "master that restarted without persistence has forgotten the locks it held). ";
+  text += wait != kNever && wait > 0
+              ? "Wait about " + std::to_string(wait) + " s (or use --wait " + std::to_string(wait + 1) + "s), or"
+              : "Wait until they have been up --max-lock-ttl, or";
+  text +=
+      " use durable masters (appendonly yes and appendfsync always: counted after a restart; see cli/README.md, "
+      "\"Restart guard\"), or pass --no-restart-guard, only if every master persists its keys: a master that "
+      "restarted empty then counts at once and can grant a lock another client still holds";
+  return text;
+}
+
 }  // namespace
 
-void warm_up(redlock::Client& client) {
-  client.wait_connected(client.quorum(), client.options().connect_timeout);
+redlock::AcquireOptions first_attempt(const redlock::AcquireOptions& options) {
+  redlock::AcquireOptions first = options;
+  first.retry_count = 0;
+  first.wait.reset();
+  return first;
+}
+
+std::optional<RestOfAcquire> rest_of_acquire(const redlock::Result& first, const redlock::AcquireOptions& options,
+                                             const redlock::ClientOptions& client, std::chrono::nanoseconds elapsed) {
+  if (first.ok() || first.outcome == redlock::Outcome::cancelled ||
+      first.outcome == redlock::Outcome::invalid_argument || exit_code_for(first) == kExitNoPermission) {
+    return std::nullopt;
+  }
+  const int retries = options.retry_count.value_or(client.retry_count);
+  if (retries == 0) return std::nullopt;
+  RestOfAcquire rest;
+  rest.options = options;
+  rest.options.retry_count = retries < 0 ? -1 : retries - 1;
+  // The library's pause between attempts (lib/client_impl.cpp, fail_attempt).
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  const auto jitter = client.retry_jitter.count();
+  rest.pause = std::max(std::chrono::milliseconds(0),
+                        client.retry_delay + std::chrono::milliseconds(
+                                                 std::uniform_int_distribution<long long>(-jitter, jitter)(rng)));
+  if (options.wait) {
+    const auto left = *options.wait - std::chrono::ceil<std::chrono::milliseconds>(elapsed) - rest.pause;
+    if (left <= std::chrono::milliseconds(0)) return std::nullopt;
+    rest.options.wait = left;
+  }
+  return rest;
+}
+
+std::vector<std::string> acquire_notes(const redlock::Result& result, const Settings& settings) {
+  std::vector<std::string> notes;
+  if (result.ok()) {
+    if (auto warning = partial_grant_warning(result, settings)) notes.push_back(std::move(*warning));
+  } else if (auto advice = restart_guard_advice(result)) {
+    notes.push_back(std::move(*advice));
+  }
+  return notes;
+}
+
+void warm_up(redlock::Client& client, bool fenced) {
+  if (client.wait_connected(client.quorum(), client.options().connect_timeout) && fenced) {
+    std::this_thread::sleep_for(3 * client.options().command_timeout);
+  }
 }
 
 int dispatch(Settings settings) {
@@ -44,19 +195,34 @@ int dispatch(Settings settings) {
 
 int acquire_command(const Settings& settings, const Output& out) {
   redlock::Client client(settings.client);
-  warm_up(client);
-  const redlock::Result result = client.acquire(settings.resource, settings.acquire);
-  const int code = exit_code_for(result);
+  warm_up(client, settings.acquire.fencing);
+  const auto start = client.now();
+  redlock::Result result = client.acquire(settings.resource, first_attempt(settings.acquire));
+  if (const auto rest = rest_of_acquire(result, settings.acquire, client.options(), client.now() - start)) {
+    std::this_thread::sleep_for(rest->pause);
+    const int earlier = result.attempts;
+    result = client.acquire(settings.resource, rest->options);
+    result.attempts += earlier;
+  }
+  const int code = exit_code_for(result, settings.conflict_exit_code);
+  const auto notes = acquire_notes(result, settings);
   if (out.json()) {
     auto object = result_json(result, "acquire", settings.resource, settings.key);
+    object["notes"] = notes;
     object["exit_code"] = code;
     Output::emit(stdout, object);
-  } else if (result.ok()) {
-    std::printf("%s\n", result.lock->token.c_str());
+    return code;
+  }
+  if (result.ok()) {
+    // With --fencing: "TOKEN FENCE", for `read -r token fence`.
+    std::string line = result.lock->token;
+    if (settings.acquire.fencing) line += " " + std::to_string(result.lock->fence);
+    std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   } else {
     out.failure("could not acquire " + quoted(settings), result);
   }
+  for (const auto& note : notes) out.note(note);
   return code;
 }
 
@@ -65,17 +231,21 @@ int release_command(const Settings& settings, const Output& out) {
   warm_up(client);
   const redlock::Result result = client.release(adopted_lock(client, settings));
   const int code = exit_code_for(result);
+  std::vector<std::string> notes;
+  if (const auto deleted = result.count(redlock::MasterStatus::ok); result.ok() && deleted < client.quorum()) {
+    // "released" means our token is gone from a quorum; it may have been gone already.
+    notes.push_back("note: " + quoted(settings) + " held this token on only " + std::to_string(deleted) + " of " +
+                    std::to_string(client.size()) + " masters (it had expired, been released, or been taken over)");
+  }
   if (out.json()) {
     auto object = result_json(result, "release", settings.resource, settings.key, settings.token);
+    object["notes"] = notes;
     object["exit_code"] = code;
     Output::emit(stdout, object);
-  } else if (!result.ok()) {
-    out.failure("could not release " + quoted(settings), result);
-  } else if (const auto deleted = result.count(redlock::MasterStatus::ok); deleted < client.quorum()) {
-    // "released" means our token is gone from a quorum; it may have been gone already.
-    out.note("note: " + quoted(settings) + " held this token on only " + std::to_string(deleted) + " of " +
-             std::to_string(client.size()) + " masters (it had expired, been released, or been taken over)");
+    return code;
   }
+  if (!result.ok()) out.failure("could not release " + quoted(settings), result);
+  for (const auto& note : notes) out.note(note);
   return code;
 }
 

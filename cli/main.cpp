@@ -3,6 +3,7 @@
 
 #include <exception>
 #include <string>
+#include <string_view>
 
 #include "args.h"
 #include "commands.h"
@@ -11,10 +12,46 @@
 #include "redlock/errors.h"
 #include "secrets.h"
 
+namespace {
+
+using namespace redlock_cli;
+
+std::string command_name(CommandKind kind) {
+  switch (kind) {
+    case CommandKind::acquire: return "acquire";
+    case CommandKind::release: return "release";
+    case CommandKind::extend: return "extend";
+    case CommandKind::run: return "run";
+  }
+  return {};
+}
+
+// A failure before (or instead of) any lock operation. Text on stderr; under --json one JSON
+// object (error_json) where the subcommand writes its result: stdout, or stderr for run, whose
+// stdout belongs to the command.
+// `args` (when the command line parsed) fills in the resource and key.
+int report_error(bool json, std::string_view command, std::string_view outcome, const std::string& message,
+                 int code, std::string_view text_suffix = {}, const Args* args = nullptr) {
+  if (json) {
+    Json object = error_json(command, outcome, message, code);
+    if (args != nullptr && !args->resource.empty()) {
+      object["resource"] = args->resource;
+      object["key"] = args->prefix + args->resource;
+    }
+    Output::emit(command == "run" ? stderr : stdout, object);
+  } else {
+    print_error(message + std::string(text_suffix));
+  }
+  return code;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  using namespace redlock_cli;
   // First of all: CLI11's messages quote command-line words, and a -m URI may carry a password.
   remember_command_line(argc, argv);
+  // What a usage error needs before the command line has parsed: --json, and which subcommand.
+  const CommandLineShape shape = peek_command_line(argc, argv);
   Args args;
   CLI::App app;
   app.name("redlock");
@@ -25,12 +62,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     hide_command_line_secrets(argc, argv);
     if (error.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(error);  // --help
-    print_error(std::string(error.what()) + "\nRun 'redlock --help' for usage.");
-    return kExitUsage;
+    return report_error(shape.json, shape.command, "usage_error", describe_parse_error(app, error), kExitUsage,
+                        "\nRun 'redlock --help' for usage.");
   }
   // CLI11 has its own copies now; what ps shows (/proc/PID/cmdline) is this memory.
   hide_command_line_secrets(argc, argv);
 
+  const std::string command = command_name(args.command);
   try {
     const Settings settings = resolve(args);
     if (settings.password_on_command_line && !settings.quiet) {
@@ -40,13 +78,11 @@ int main(int argc, char** argv) {
     }
     return dispatch(settings);
   } catch (const UsageError& error) {
-    print_error(error.what());
-    return kExitUsage;
+    return report_error(args.json, command, "usage_error", error.what(), kExitUsage, {}, &args);
   } catch (const redlock::ConfigError& error) {
-    print_error(error.what());
-    return kExitUsage;
+    return report_error(args.json, command, "usage_error", error.what(), kExitUsage, {}, &args);
   } catch (const std::exception& error) {
-    print_error(std::string("internal error: ") + error.what());
-    return kExitSoftware;
+    return report_error(args.json, command, "internal_error", std::string("internal error: ") + error.what(),
+                        kExitSoftware, {}, &args);
   }
 }

@@ -30,12 +30,14 @@ Json result_json(const redlock::Result& result, std::string_view command, std::s
   object["ok"] = result.ok();
   if (result.lock) {
     object["token"] = result.lock->token;
-    object["ttl_ms"] = result.lock->ttl.count();
   } else if (!token.empty()) {
     object["token"] = std::string(token);
   } else {
     object["token"] = nullptr;
   }
+  // Lock::fence is 0 unless the acquire asked for one (the library's fences start at 1).
+  object["fence"] = result.lock && result.lock->fence != 0 ? Json(result.lock->fence) : Json(nullptr);
+  object["ttl_ms"] = result.lock ? Json(result.lock->ttl.count()) : Json(nullptr);
   object["validity_ms"] = to_ms(result.validity);
   object["attempts"] = result.attempts;
   object["message"] = result.message;
@@ -49,7 +51,42 @@ Json result_json(const redlock::Result& result, std::string_view command, std::s
     masters.push_back(std::move(entry));
   }
   object["masters"] = std::move(masters);
+  object["notes"] = Json::array();
+  object["exit_code"] = nullptr;
   return object;
+}
+
+Json error_json(std::string_view command, std::string_view outcome, std::string_view message, int exit_code) {
+  Json object;
+  object["command"] = command.empty() ? Json(nullptr) : Json(std::string(command));
+  object["resource"] = nullptr;
+  object["key"] = nullptr;
+  object["outcome"] = std::string(outcome);
+  object["ok"] = false;
+  object["token"] = nullptr;
+  object["fence"] = nullptr;
+  object["ttl_ms"] = nullptr;
+  object["validity_ms"] = 0.0;
+  object["attempts"] = 0;
+  object["message"] = std::string(message);
+  object["masters"] = Json::array();
+  object["notes"] = Json::array();
+  object["exit_code"] = exit_code;
+  if (command == "run") add_run_keys(object);
+  return object;
+}
+
+void add_run_keys(Json& object) {
+  object["extends"] = 0;
+  object["lock_lost"] = false;
+  object["lost_reason"] = nullptr;
+  object["child"] = {{"pid", nullptr}, {"pgid", nullptr}, {"exit_status", nullptr}, {"signal", nullptr}};
+  object["forwarded_signals"] = Json::array();
+  object["lease"] = nullptr;
+  object["left_group_running"] = false;
+  object["release"] = nullptr;
+  object["error"] = nullptr;
+  object["interrupted_by"] = nullptr;
 }
 
 void Output::note(std::string_view text) const {

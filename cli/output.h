@@ -16,11 +16,28 @@ namespace redlock_cli {
 // Keys stay in the order they are set, so the output reads naturally.
 using Json = nlohmann::ordered_json;
 
-// A Result as JSON: command, resource, key, outcome, ok, token (null unless the Result
-// carries a lock), validity_ms, attempts, message, masters[{endpoint, status, latency_ms,
-// error}]. `token` is used when the Result has no lock (release, failed extend).
+// Every JSON object the tool prints has the same keys, in this order, whatever the command
+// and the outcome (cli/README.md "Output"): command, resource, key, outcome, ok, token, fence,
+// ttl_ms, validity_ms, attempts, message, masters[{endpoint, status, latency_ms, error}],
+// notes, exit_code; `run` adds run_keys() after them. A value that does not apply is null
+// (token, fence, ttl_ms), 0, "" or [].
+
+// A Result as JSON. `token` is used when the Result has no lock (release, failed extend).
+// notes is [] and exit_code null: the caller sets them.
 [[nodiscard]] Json result_json(const redlock::Result& result, std::string_view command,
                               std::string_view resource, std::string_view key, std::string_view token = {});
+
+// A failure found before any lock operation (usage error, internal error) as JSON: outcome is
+// `outcome` ("usage_error", "internal_error"), message the error. `command` may be empty
+// (not known): null; for "run" the run_keys() are added too. resource and key are null (the
+// caller sets them when the command line parsed).
+[[nodiscard]] Json error_json(std::string_view command, std::string_view outcome, std::string_view message,
+                             int exit_code);
+
+// Adds the keys only `run` has, at their values when nothing ran: extends, lock_lost,
+// lost_reason, child{pid, pgid, exit_status, signal}, forwarded_signals, lease, left_group_running,
+// release, error, interrupted_by.
+void add_run_keys(Json& object);
 
 class Output {
  public:

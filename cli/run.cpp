@@ -285,6 +285,13 @@ class RunSession {
   void check_kill_after();
   void poll_once(int timeout_ms) const;
   std::optional<int> acquire();  // the exit status if the lock was not acquired
+  // One acquire call, cancelled by a forwarded signal (stored in interrupted_).
+  redlock::Result acquire_once(const redlock::AcquireOptions& options);
+  // Waits until `until` unless a forwarded signal comes first (stored in interrupted_).
+  void pause_until(TimePoint until);
+  // A signal while acquiring: Ctrl-Z stops redlock (nothing runs under the lock yet), a
+  // forwarded signal ends the acquire.
+  void on_signal_while_acquiring(const signalfd_siginfo& info);
   int spawn_command();           // 0, or the errno of a failed spawn
   void supervise();
   int next_timeout() const;
@@ -312,6 +319,9 @@ class RunSession {
   std::optional<redlock::Client> client_;  // last: built after the signals are blocked
 
   redlock::Result acquired_;
+  std::vector<std::string> notes_;  // acquire_notes(): printed at once, or in the --json report
+  int interrupted_ = 0;             // the signal that cancelled the acquire
+  std::string error_;               // why the command could not be started
   redlock::Lock lock_;
   milliseconds kill_after_{};
   milliseconds margin_{};
@@ -370,7 +380,7 @@ int RunSession::run() {
   // Orphans of the command (a grandchild whose parent died) become our children, so their
   // exits wake us up and we reap them; otherwise an unreaped zombie would keep the group alive.
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) throw_errno("prctl(PR_SET_CHILD_SUBREAPER)");
-  warm_up(*client_);
+  warm_up(*client_, settings_.acquire.fencing);
   if (const auto failed = acquire()) return *failed;
 
   if (client_->now() >= sigterm_due()) {
@@ -386,16 +396,9 @@ int RunSession::run() {
   if (const int error = spawn_command(); error != 0) {
     const int code = spawn_failure_exit_code(error);
     const auto released = client_->release(lock_);
-    const std::string message = "cannot run '" + printable(settings_.program.front()) + "': " + std::strerror(error);
-    if (!out_.json()) {
-      out_.note(message);
-    } else {
-      auto object = result_json(acquired_, "run", settings_.resource, settings_.key);
-      object["exit_code"] = code;
-      object["error"] = message;
-      object["release"] = result_json(released, "release", settings_.resource, settings_.key, lock_.token);
-      Output::emit(stderr, object);
-    }
+    error_ = "cannot run '" + printable(settings_.program.front()) + "': " + std::strerror(error);
+    if (!out_.json()) out_.note(error_);
+    report(code, &released);
     return code;
   }
 
@@ -412,47 +415,75 @@ int RunSession::run() {
   return code;
 }
 
-std::optional<int> RunSession::acquire() {
-  const auto id = client_->acquire_async(settings_.resource, Mailbox::callback(mailbox_), settings_.acquire);
+void RunSession::on_signal_while_acquiring(const signalfd_siginfo& info) {
+  const int signal = static_cast<int>(info.ssi_signo);
+  if (interrupted_ != 0) return;
+  if (signal == SIGTSTP) {
+    ::kill(::getpid(), SIGSTOP);  // Ctrl-Z while acquiring: nothing runs under the lock yet
+  } else if (is_forwarded(signal)) {
+    interrupted_ = signal;
+  }
+}
+
+redlock::Result RunSession::acquire_once(const redlock::AcquireOptions& options) {
+  const auto id = client_->acquire_async(settings_.resource, Mailbox::callback(mailbox_), options);
   std::optional<redlock::Result> result;
-  int interrupted = 0;
+  bool cancelled = false;
   while (!result) {
     poll_once(-1);
-    for (const auto& info : signals_.read_all()) {
-      const int signal = static_cast<int>(info.ssi_signo);
-      if (signal == SIGTSTP && interrupted == 0) {
-        ::kill(::getpid(), SIGSTOP);  // Ctrl-Z while waiting: nothing runs under the lock yet
-      } else if (is_forwarded(signal) && interrupted == 0) {
-        interrupted = signal;
-        client_->cancel(id);
-      }
+    for (const auto& info : signals_.read_all()) on_signal_while_acquiring(info);
+    if (interrupted_ != 0 && !cancelled) {
+      cancelled = true;
+      client_->cancel(id);
     }
     for (auto& mail : mailbox_->take()) result = std::move(mail);
   }
-  acquired_ = std::move(*result);
-  if (interrupted != 0) {
-    if (acquired_.ok()) client_->release(*acquired_.lock);  // granted just before the cancel
-    const int code = 128 + interrupted;
-    if (!out_.json()) {
-      out_.note("interrupted by " + signal_name(interrupted) + " while acquiring " + resource());
-    } else {
-      auto object = result_json(acquired_, "run", settings_.resource, settings_.key);
-      object["exit_code"] = code;
-      object["interrupted_by"] = signal_name(interrupted);
-      Output::emit(stderr, object);
+  return std::move(*result);
+}
+
+void RunSession::pause_until(TimePoint until) {
+  for (auto now = client_->now(); interrupted_ == 0 && now < until; now = client_->now()) {
+    poll_once(poll_timeout(now, until));
+    for (const auto& info : signals_.read_all()) on_signal_while_acquiring(info);
+  }
+}
+
+std::optional<int> RunSession::acquire() {
+  // The first attempt alone, then the rest of the retries (commands.h: first_attempt).
+  const auto start = client_->now();
+  acquired_ = acquire_once(first_attempt(settings_.acquire));
+  if (interrupted_ == 0) {
+    if (const auto rest = rest_of_acquire(acquired_, settings_.acquire, client_->options(), client_->now() - start)) {
+      pause_until(client_->now() + rest->pause);
+      if (interrupted_ == 0) {
+        const int earlier = acquired_.attempts;
+        acquired_ = acquire_once(rest->options);
+        acquired_.attempts += earlier;
+      } else {
+        acquired_.outcome = redlock::Outcome::cancelled;
+        acquired_.message = "cancelled by the caller";
+      }
     }
+  }
+  notes_ = acquire_notes(acquired_, settings_);
+  if (interrupted_ != 0) {
+    if (acquired_.ok()) client_->release(*acquired_.lock);  // granted just before the cancel
+    const int code = 128 + interrupted_;
+    if (!out_.json()) out_.note("interrupted by " + signal_name(interrupted_) + " while acquiring " + resource());
+    report(code, nullptr);
     return code;
   }
   if (!acquired_.ok()) {
-    const int code = exit_code_for(acquired_);
-    if (out_.json()) {
-      auto object = result_json(acquired_, "run", settings_.resource, settings_.key);
-      object["exit_code"] = code;
-      Output::emit(stderr, object);
-    } else {
+    const int code = exit_code_for(acquired_, settings_.conflict_exit_code);
+    if (!out_.json()) {
       out_.failure("could not acquire " + resource() + "; the command was not run", acquired_);
+      for (const auto& note : notes_) out_.note(note);
     }
+    report(code, nullptr);
     return code;
+  }
+  if (!out_.json()) {
+    for (const auto& note : notes_) out_.note(note);
   }
   lock_ = *acquired_.lock;
   next_extend_ = lock_.started + lock_.ttl / 3;
@@ -470,7 +501,9 @@ int RunSession::spawn_command() {
   for (const auto& arg : settings_.program) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
   std::vector<std::string> env_strings =
-      command_environment(settings_.resource, settings_.key, lock_.token, settings_.masters_file);
+      command_environment(settings_.resource, settings_.key, lock_.token,
+                          settings_.acquire.fencing ? std::optional<std::uint64_t>(lock_.fence) : std::nullopt,
+                          settings_.masters_file);
   std::vector<char*> envp;
   envp.reserve(env_strings.size() + 1);
   for (auto& entry : env_strings) envp.push_back(entry.data());
@@ -728,7 +761,9 @@ int RunSession::child_exit_code() const {
 void RunSession::report(int code, const redlock::Result* release) const {
   if (!out_.json()) return;
   auto object = result_json(acquired_, "run", settings_.resource, settings_.key);
+  object["notes"] = notes_;
   object["exit_code"] = code;
+  add_run_keys(object);
   object["extends"] = extends_;
   object["lock_lost"] = lost_;
   object["lost_reason"] = lost_ ? Json(lost_reason_) : Json(nullptr);
@@ -740,19 +775,26 @@ void RunSession::report(int code, const redlock::Result* release) const {
       {"signal", child_status_ && WIFSIGNALED(status) ? Json(signal_name(WTERMSIG(status))) : Json(nullptr)},
   };
   object["forwarded_signals"] = forwarded_;
-  // Times are CLOCK_MONOTONIC nanoseconds (steady_clock), comparable across processes.
-  object["lease"] = {
-      {"deadline_ns", monotonic_ns(lock_.deadline)},
-      {"kill_after_ms", kill_after_.count()},
-      {"margin_ms", margin_.count()},
-      {"sigterm_ns", time_json(sigterm_at_)},
-      {"sigkill_ns", time_json(sigkill_at_)},
-      {"group_gone_ns", time_json(group_gone_)},
-  };
+  // Times are CLOCK_MONOTONIC nanoseconds (steady_clock), comparable across processes. Only
+  // a lock that was held has a lease.
+  if (acquired_.ok() && interrupted_ == 0) {
+    object["lease"] = {
+        {"deadline_ns", monotonic_ns(lock_.deadline)},
+        {"kill_after_ms", kill_after_.count()},
+        {"margin_ms", margin_.count()},
+        {"sigterm_ns", time_json(sigterm_at_)},
+        {"sigkill_ns", time_json(sigkill_at_)},
+        {"group_gone_ns", time_json(group_gone_)},
+    };
+  }
   object["left_group_running"] = strays_;
   if (release != nullptr) {
-    object["release"] = result_json(*release, "release", settings_.resource, settings_.key, lock_.token);
+    auto released = result_json(*release, "release", settings_.resource, settings_.key, lock_.token);
+    released["exit_code"] = exit_code_for(*release);
+    object["release"] = std::move(released);
   }
+  object["error"] = error_.empty() ? Json(nullptr) : Json(error_);
+  object["interrupted_by"] = interrupted_ != 0 ? Json(signal_name(interrupted_)) : Json(nullptr);
   Output::emit(stderr, object);
 }
 

@@ -205,12 +205,14 @@ MastersFile read_masters_file(const std::string& path, std::string_view origin) 
 }
 
 std::vector<std::string> command_environment(std::string_view resource, std::string_view key, std::string_view token,
-                                             std::string_view masters_file) {
+                                             std::optional<std::uint64_t> fence, std::string_view masters_file) {
   std::vector<std::string> out;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string_view variable = *entry;
     const auto name = variable.substr(0, variable.find('='));
-    if (name == "REDLOCK_RESOURCE" || name == "REDLOCK_KEY" || name == "REDLOCK_TOKEN") continue;
+    if (name == "REDLOCK_RESOURCE" || name == "REDLOCK_KEY" || name == "REDLOCK_TOKEN" || name == "REDLOCK_FENCE") {
+      continue;
+    }
     if (name == "REDLOCK_MASTERS_FILE" && !masters_file.empty()) continue;
     if (name == "REDLOCK_MASTERS") {
       const auto uris = split_masters(variable.substr(name.size() + 1));
@@ -221,6 +223,7 @@ std::vector<std::string> command_environment(std::string_view resource, std::str
   out.push_back("REDLOCK_RESOURCE=" + std::string(resource));
   out.push_back("REDLOCK_KEY=" + std::string(key));
   out.push_back("REDLOCK_TOKEN=" + std::string(token));
+  if (fence) out.push_back("REDLOCK_FENCE=" + std::to_string(*fence));
   if (!masters_file.empty()) out.push_back("REDLOCK_MASTERS_FILE=" + std::string(masters_file));
   return out;
 }

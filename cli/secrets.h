@@ -5,6 +5,8 @@
 // password part of a URI with "***"); this file only decides which words it applies to.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,9 +55,12 @@ struct MastersFile {
 
 // The environment for the command `run` starts: this process's, except that REDLOCK_MASTERS
 // is dropped when any URI in it carries a password, plus REDLOCK_RESOURCE, REDLOCK_KEY,
-// REDLOCK_TOKEN and, when the masters came from a file, REDLOCK_MASTERS_FILE (its absolute
-// path: no secret, and a `redlock` inside the command finds the masters through it).
+// REDLOCK_TOKEN, REDLOCK_FENCE when there is a fencing token (an inherited one is dropped
+// otherwise: it belongs to another lock) and, when the masters came from a file,
+// REDLOCK_MASTERS_FILE (its absolute path: no secret, and a `redlock` inside the command finds
+// the masters through it).
 [[nodiscard]] std::vector<std::string> command_environment(std::string_view resource, std::string_view key,
-                                                           std::string_view token, std::string_view masters_file);
+                                                           std::string_view token, std::optional<std::uint64_t> fence,
+                                                           std::string_view masters_file);
 
 }  // namespace redlock_cli

@@ -890,9 +890,259 @@ TEST_F(CliTest, HelpDocumentsTheExitCodes) {
   Process process({"--help"});
   const Finished f = process.wait();
   EXPECT_EQ(f.exit_code, 0) << describe(f);
-  for (const char* text : {"64", "69", "73", "75", "EX_USAGE", "EX_TEMPFAIL", "REDLOCK_MASTERS", "run"}) {
+  for (const char* text : {"64", "69", "73", "75", "77", "EX_USAGE", "EX_TEMPFAIL", "REDLOCK_MASTERS", "run",
+                           "--conflict-exit-code", "REDLOCK_FENCE"}) {
     EXPECT_NE(f.out.find(text), std::string::npos) << text;
   }
+}
+
+
+// ---------------------------------------------------------------------------------------
+// Issue 12: fencing tokens for scripts, -E, usage errors that name the word, auth failures,
+// grants with masters missing, malformed tokens, uniform --json, the restart guard's advice.
+
+// Every JSON object the tool prints has these keys in this order (cli/README.md, Output);
+// run's add kRunJsonKeys after them.
+const std::vector<std::string> kJsonKeys = {"command", "resource", "key",      "outcome", "ok",
+                                            "token",   "fence",    "ttl_ms",   "validity_ms",
+                                            "attempts", "message", "masters",  "notes",   "exit_code"};
+const std::vector<std::string> kRunJsonKeys = {"extends", "lock_lost", "lost_reason", "child", "forwarded_signals",
+                                               "lease", "left_group_running", "release", "error", "interrupted_by"};
+
+// The keys of the only JSON object in `text` (one line), in order; fails the test unless
+// `text` is exactly one JSON object.
+std::vector<std::string> json_keys(const std::string& text, const std::string& what) {
+  std::vector<std::string> keys;
+  const auto object = nlohmann::ordered_json::parse(text, nullptr, false);
+  EXPECT_TRUE(object.is_object()) << what << ": not one JSON object: " << text;
+  if (!object.is_object()) return keys;
+  for (const auto& item : object.items()) keys.push_back(item.key());
+  return keys;
+}
+
+std::vector<std::string> run_json_keys() {
+  std::vector<std::string> keys = kJsonKeys;
+  keys.insert(keys.end(), kRunJsonKeys.begin(), kRunJsonKeys.end());
+  return keys;
+}
+
+// GET of the fencing counter on every master: the highest.
+long long highest_fence_counter(const RedisServerGroup& masters) {
+  long long highest = 0;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    const Reply reply = masters[i].command({"GET", "redlock-fence-counter"});
+    if (reply.type == Reply::Type::string) highest = std::max(highest, std::stoll(reply.str));
+  }
+  return highest;
+}
+
+TEST_F(CliTest, RunExportsTheFencingTokenWithFencing) {
+  const Finished f = redlock({"run", "--fencing", "job", "--", "env"});
+  ASSERT_EQ(f.exit_code, 0) << describe(f);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(f.out, match, std::regex("(^|\n)REDLOCK_FENCE=([0-9]+)\n"))) << f.out;
+  const long long fence = std::stoll(match[2].str());
+  EXPECT_GT(fence, 0);
+  // The only fenced acquire so far: its fence is the counter's value.
+  EXPECT_EQ(fence, highest_fence_counter(masters_));
+  EXPECT_NE(f.out.find("REDLOCK_RESOURCE=job\n"), std::string::npos) << f.out;
+  EXPECT_TRUE(std::regex_search(f.out, std::regex("(^|\n)REDLOCK_TOKEN=[0-9a-f]{32}\n"))) << f.out;
+
+  // Without --fencing there is no fence, and one inherited from an outer run is not passed on.
+  Process plain(with_masters({"run", "job", "--", "env"}), {"REDLOCK_FENCE=999"});
+  const Finished p = plain.wait();
+  EXPECT_EQ(p.exit_code, 0) << describe(p);
+  EXPECT_EQ(p.out.find("REDLOCK_FENCE"), std::string::npos) << p.out;
+}
+
+TEST_F(CliTest, AcquireWithFencingPrintsTheTokenAndTheFence) {
+  // --retry-count 0: the first attempt of a fresh process must already count the masters'
+  // fencing votes (their catch-up is waited for).
+  const Finished a = redlock({"--retry-count", "0", "acquire", "--fencing", "a"});
+  ASSERT_EQ(a.exit_code, 0) << describe(a);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_match(a.out, match, std::regex("([0-9a-f]{32}) ([0-9]+)\n"))) << a.out;
+  const long long first = std::stoll(match[2].str());
+  EXPECT_TRUE(eventually([&] { return value_on(0, "redlock:a") == match[1].str(); }));
+
+  const Finished b = redlock({"--json", "--retry-count", "0", "acquire", "--fencing", "b"});
+  ASSERT_EQ(b.exit_code, 0) << describe(b);
+  const auto object = nlohmann::json::parse(b.out);
+  ASSERT_TRUE(object.at("fence").is_number_integer()) << b.out;
+  EXPECT_GT(object.at("fence").get<long long>(), first);
+  EXPECT_EQ(object.at("attempts"), 1);
+
+  const Finished plain = redlock({"--json", "acquire", "c"});
+  ASSERT_EQ(plain.exit_code, 0) << describe(plain);
+  EXPECT_TRUE(nlohmann::json::parse(plain.out).at("fence").is_null()) << plain.out;
+}
+
+TEST_F(CliTest, ConflictExitCodeReplaces73) {
+  acquire_token("job");
+  const Finished f = redlock({"-E", "42", "--retry-count", "0", "acquire", "job"});
+  EXPECT_EQ(f.exit_code, 42) << describe(f);
+  TempDir dir;
+  const Finished run = redlock(
+      {"--conflict-exit-code", "0", "--retry-count", "0", "run", "job", "--", "touch", (dir / "ran").string()});
+  EXPECT_EQ(run.exit_code, 0) << describe(run);
+  EXPECT_FALSE(fs::exists(dir / "ran"));
+  const Finished json = redlock({"--json", "-E", "9", "--retry-count", "0", "acquire", "job"});
+  EXPECT_EQ(json.exit_code, 9) << describe(json);
+  EXPECT_EQ(nlohmann::json::parse(json.out).at("exit_code"), 9) << json.out;
+  // Only a conflict: another failure keeps its own status.
+  const Finished bad = redlock({"-E", "300", "acquire", "other"});
+  EXPECT_EQ(bad.exit_code, 64) << describe(bad);
+  EXPECT_NE(bad.err.find("300"), std::string::npos) << bad.err;
+}
+
+TEST_F(CliTest, UsageErrorsNameTheUnknownWord) {
+  const Finished sub = redlock({"aquire", "job"});
+  EXPECT_EQ(sub.exit_code, 64) << describe(sub);
+  EXPECT_NE(sub.err.find("unknown subcommand 'aquire'"), std::string::npos) << sub.err;
+  EXPECT_NE(sub.err.find("did you mean 'acquire'"), std::string::npos) << sub.err;
+
+  const Finished far = redlock({"frobnicate", "job"});
+  EXPECT_EQ(far.exit_code, 64) << describe(far);
+  EXPECT_NE(far.err.find("unknown subcommand 'frobnicate'"), std::string::npos) << far.err;
+  EXPECT_EQ(far.err.find("did you mean"), std::string::npos) << far.err;
+
+  const Finished flag = redlock({"acquire", "--fencng", "job"});
+  EXPECT_EQ(flag.exit_code, 64) << describe(flag);
+  EXPECT_NE(flag.err.find("unknown option '--fencng'"), std::string::npos) << flag.err;
+  EXPECT_NE(flag.err.find("did you mean '--fencing'"), std::string::npos) << flag.err;
+
+  const Finished extra = redlock({"acquire", "job", "surplus"});
+  EXPECT_EQ(extra.exit_code, 64) << describe(extra);
+  EXPECT_NE(extra.err.find("unexpected argument 'surplus'"), std::string::npos) << extra.err;
+
+  Process none({"-m", masters_.uris()[0]});
+  const Finished n = none.wait();
+  EXPECT_EQ(n.exit_code, 64) << describe(n);
+  EXPECT_NE(n.err.find("no subcommand given"), std::string::npos) << n.err;
+  EXPECT_EQ(masters_holding("redlock:job"), 0u);
+}
+
+TEST_F(CliTest, AcquireWithMastersMissingWarns) {
+  masters_[2].stop();
+  const std::string port = std::to_string(masters_[2].port());
+  const Finished f = redlock({"acquire", "job"});
+  ASSERT_EQ(f.exit_code, 0) << describe(f);
+  EXPECT_NE(f.err.find("granted by 2 of 3 masters; 1 unreachable: 127.0.0.1:" + port + " (not_connected"),
+            std::string::npos)
+      << f.err;
+  const Finished quiet = redlock({"-q", "acquire", "job2"});
+  ASSERT_EQ(quiet.exit_code, 0) << describe(quiet);
+  EXPECT_TRUE(quiet.err.empty()) << quiet.err;
+  const Finished json = redlock({"--json", "acquire", "job3"});
+  ASSERT_EQ(json.exit_code, 0) << describe(json);
+  const auto notes = nlohmann::json::parse(json.out).at("notes");
+  ASSERT_EQ(notes.size(), 1u) << json.out;
+  EXPECT_NE(notes[0].get<std::string>().find("1 unreachable: 127.0.0.1:" + port), std::string::npos) << json.out;
+  const Finished run = redlock({"run", "job4", "--", "true"});
+  EXPECT_EQ(run.exit_code, 0) << describe(run);
+  EXPECT_NE(run.err.find("granted by 2 of 3 masters"), std::string::npos) << run.err;
+  // All there: nothing to say.
+  masters_[2].restart();
+  const Finished all = redlock({"acquire", "job5"});
+  EXPECT_EQ(all.exit_code, 0) << describe(all);
+  EXPECT_TRUE(all.err.empty()) << all.err;
+}
+
+TEST_F(CliTest, AMalformedTokenIsAUsageErrorBeforeAnyMasterIsAsked) {
+  const std::string token = acquire_token("job");
+  ASSERT_TRUE(std::regex_match(token, kToken));
+  ASSERT_TRUE(eventually([&] { return masters_holding("redlock:job") == 3; }));
+  // What a script gets from `acquire --fencing` passed as one word, a cut token, upper case.
+  for (const std::string& bad : {token + " 17", token.substr(0, 31), std::string("0123456789ABCDEF0123456789abcdef"),
+                                 std::string("not-a-token")}) {
+    for (const char* command : {"extend", "release"}) {
+      const Finished f = redlock({command, "job", bad});
+      EXPECT_EQ(f.exit_code, 64) << command << " " << bad << "\n" << describe(f);
+      EXPECT_NE(f.err.find("invalid TOKEN (" + std::to_string(bad.size()) + " characters"), std::string::npos)
+          << f.err;
+      // At most its first 8 characters, never the whole of it.
+      EXPECT_NE(f.err.find("starting '" + bad.substr(0, std::min<std::size_t>(8, bad.size() / 2)) + "'"),
+                std::string::npos)
+          << f.err;
+      EXPECT_EQ(f.err.find(bad.substr(0, 9)), std::string::npos) << f.err;
+    }
+  }
+  EXPECT_EQ(masters_holding("redlock:job"), 3u);
+  EXPECT_EQ(value_on(0, "redlock:job"), token);
+  // Decided before any master is asked: none is reachable here.
+  Process dead({"-m", "redis://127.0.0.1:1", "extend", "job", "not-a-token"});
+  const Finished d = dead.wait();
+  EXPECT_EQ(d.exit_code, 64) << describe(d);
+}
+
+TEST_F(CliTest, JsonOutputHasTheSameKeysForEveryOutcome) {
+  const auto check = [&](const std::string& what, const std::vector<std::string>& args, int code, bool run) {
+    const Finished f = redlock(args);
+    EXPECT_EQ(f.exit_code, code) << what << "\n" << describe(f);
+    // acquire, extend, release: the object on stdout and nothing else; run: last on stderr.
+    std::string text = f.out;
+    if (run) {
+      // The last line of stderr (the command's own output may come before it).
+      text = f.err;
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      text = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+    }
+    EXPECT_EQ(json_keys(text, what), run ? run_json_keys() : kJsonKeys) << what << "\n" << describe(f);
+    if (!run) {
+      EXPECT_TRUE(f.err.empty()) << what << "\n" << f.err;
+    }
+    const auto object = nlohmann::json::parse(text, nullptr, false);
+    if (object.is_object()) {
+      EXPECT_EQ(object.value("exit_code", -1), code) << what << "\n" << text;
+    }
+    return object;
+  };
+  const auto acquired = check("acquire", {"--json", "acquire", "job"}, 0, false);
+  const std::string token = acquired.value("token", "");
+  check("taken", {"--json", "--retry-count", "0", "acquire", "job"}, 73, false);
+  check("extend", {"--json", "extend", "job", token}, 0, false);
+  check("extend lost", {"--json", "extend", "gone", token}, 75, false);
+  check("release", {"--json", "release", "job", token}, 0, false);
+  const auto usage = check("bad duration", {"--json", "--ttl", "10x", "acquire", "job"}, 64, false);
+  EXPECT_EQ(usage.value("outcome", ""), "usage_error");
+  EXPECT_NE(usage.value("message", "").find("'10x'"), std::string::npos) << usage;
+  EXPECT_EQ(usage.value("resource", ""), "job") << usage;
+  const auto parse = check("unknown subcommand", {"--json", "aquire", "job"}, 64, false);
+  EXPECT_NE(parse.value("message", "").find("unknown subcommand 'aquire'"), std::string::npos) << parse;
+  check("bad token", {"--json", "release", "job", "xyz"}, 64, false);
+  check("run", {"--json", "run", "job", "--", "true"}, 0, true);
+  acquire_token("held");
+  check("run taken", {"--json", "--retry-count", "0", "run", "held", "--", "true"}, 73, true);
+  check("run not found", {"--json", "run", "job", "--", "/nonexistent/redlock-test-command"}, 127, true);
+  check("run usage error", {"--json", "run", "--kill-after", "soon", "job", "--", "true"}, 64, true);
+  check("run unknown option", {"--json", "run", "--no-extnd", "job", "--", "true"}, 64, true);
+}
+
+TEST_F(CliTest, RestartGuardFailureSaysWhatToDo) {
+  std::vector<std::string> args;
+  for (const auto& uri : masters_.uris()) {
+    args.emplace_back("-m");
+    args.push_back(uri);
+  }
+  args.insert(args.end(), {"--retry-count", "0", "acquire", "job"});
+  Process process(args);
+  const Finished f = process.wait();
+  EXPECT_EQ(f.exit_code, 69) << describe(f);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(f.err, match, std::regex("Wait about ([0-9]+) s"))) << f.err;
+  // The masters started a moment ago; --max-lock-ttl is 11 s by default.
+  EXPECT_GE(std::stoi(match[1].str()), 1);
+  EXPECT_LE(std::stoi(match[1].str()), 12);
+  for (const char* text : {"appendonly yes", "appendfsync always", "--no-restart-guard", "restart guard"}) {
+    EXPECT_NE(f.err.find(text), std::string::npos) << text << "\n" << f.err;
+  }
+  args.insert(args.begin(), "--json");
+  Process json(args);
+  const Finished j = json.wait();
+  EXPECT_EQ(j.exit_code, 69) << describe(j);
+  const auto notes = nlohmann::json::parse(j.out).at("notes");
+  ASSERT_EQ(notes.size(), 1u) << j.out;
+  EXPECT_NE(notes[0].get<std::string>().find("--no-restart-guard"), std::string::npos) << j.out;
 }
 
 
@@ -1192,7 +1442,7 @@ TEST_F(CliSecretsTest, NoFailingCommandPrintsAPassword) {
     run_and_check("unreachable run", args_for(dead, with({"run", "job", "--", "true"})));
     run_and_check("unreachable, masters from the environment", with({"acquire", "job"}), {"REDLOCK_MASTERS=" + joined(dead)});
     // The wrong password: AUTH fails on every master.
-    EXPECT_EQ(run_and_check("wrong password acquire", args_for(wrong, with({"acquire", "job"}))).exit_code, 69);
+    EXPECT_EQ(run_and_check("wrong password acquire", args_for(wrong, with({"acquire", "job"}))).exit_code, 77);
     run_and_check("wrong password release", args_for(wrong, with({"release", "job", token})));
     run_and_check("wrong password extend", args_for(wrong, with({"extend", "job", token})));
     run_and_check("wrong password run", args_for(wrong, with({"run", "job", "--", "true"})));
@@ -1395,6 +1645,49 @@ TEST_F(CliTest, MastersFileWithoutPasswordsListsMastersOnePerLine) {
   EXPECT_EQ(f.exit_code, 64) << describe(f);
   EXPECT_NE(f.err.find(bad.string() + "':2"), std::string::npos) << f.err;
   EXPECT_NE(f.err.find("70000"), std::string::npos) << f.err;
+}
+
+// Masters that refuse the password are a configuration problem, not an outage: 77, decided
+// after the first attempt (the library would retry --retry-count times).
+TEST_F(CliSecretsTest, MastersRefusingThePasswordExit77WithoutRetrying) {
+  const auto wrong = uris(std::string(":") + kWrongPassword);
+  for (const bool json : {false, true}) {
+    std::vector<std::string> flags = {"--retry-count", "5"};
+    if (json) flags.emplace_back("--json");
+    std::vector<std::string> acquire = flags;
+    acquire.insert(acquire.end(), {"acquire", "job"});
+    const Finished f = run_and_check("wrong password", args_for(wrong, acquire));
+    EXPECT_EQ(f.exit_code, 77) << describe(f);
+    if (json) {
+      const auto object = nlohmann::json::parse(f.out);
+      EXPECT_EQ(object.at("attempts"), 1) << f.out;
+      EXPECT_NE(object.at("masters").dump().find("WRONGPASS"), std::string::npos) << f.out;
+    } else {
+      EXPECT_NE(f.err.find("after 1 attempt "), std::string::npos) << f.err;
+    }
+    TempDir dir;
+    std::vector<std::string> run = flags;
+    run.insert(run.end(), {"run", "job", "--", "touch", (dir / "ran").string()});
+    const Finished r = run_and_check("wrong password run", args_for(wrong, run));
+    EXPECT_EQ(r.exit_code, 77) << describe(r);
+    EXPECT_FALSE(fs::exists(dir / "ran"));
+  }
+  // No password at all: NOAUTH from every master.
+  const Finished none = run_and_check("no password", args_for(masters_.uris(), {"--retry-count", "5", "acquire", "job"}));
+  EXPECT_EQ(none.exit_code, 77) << describe(none);
+  EXPECT_NE(none.err.find("NOAUTH"), std::string::npos) << none.err;
+  // One master of three refusing leaves a quorum: granted, with a warning that names it.
+  auto mixed = uris(std::string(":") + kPassword);
+  mixed[1] = wrong[1];
+  const Finished one = run_and_check("one wrong password", args_for(mixed, {"acquire", "job"}));
+  EXPECT_EQ(one.exit_code, 0) << describe(one);
+  EXPECT_NE(one.err.find("granted by 2 of 3 masters"), std::string::npos) << one.err;
+  EXPECT_NE(one.err.find("WRONGPASS"), std::string::npos) << one.err;
+  // Two of three refusing: no quorum can be had, whatever the third says.
+  mixed[0] = wrong[0];
+  const Finished two = run_and_check("two wrong passwords", args_for(mixed, {"--retry-count", "5", "--json", "acquire", "job2"}));
+  EXPECT_EQ(two.exit_code, 77) << describe(two);
+  EXPECT_EQ(nlohmann::json::parse(two.out).at("attempts"), 1) << two.out;
 }
 
 }  // namespace
