@@ -178,10 +178,17 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
       break;
   }
   args.token = op->token();
-  std::weak_ptr<Operation> weak = op;
+  // A raw pointer is enough, and keeps the callback allocation-free (two pointers fit in
+  // std::function's own storage): an undecided round's operation is alive in operations_,
+  // and every way an operation ends closes its undecided round first (close() drops this).
+  Operation* const owner = op.get();
   auto round = std::make_shared<Round>(round_context_, std::move(args), std::move(extended), op->internal(),
-                                       [this, weak](Round& decided_round) {
-                                         if (auto live = weak.lock()) decided(live, decided_round);
+                                       [this, owner](Round& decided_round) {
+                                         const auto it = operations_.find(owner->id);
+                                         if (it == operations_.end()) return;
+                                         // A copy: finishing erases the map's entry.
+                                         const std::shared_ptr<Operation> live = it->second;
+                                         decided(live, decided_round);
                                        });
   op->round = round;
   if (kind == RoundKind::extend) {
