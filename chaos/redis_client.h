@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // chaos/redis_client.h — plain hiredis for the strategies the library does not implement
 // (failover, the seeds' broken locks). Blocking, one connection, 300 ms timeouts.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The README's first command: five local masters, two clients, one resource.
 // Starts its own redis-servers on free loopback ports, shows a grant, a refusal, a release,
 // a grant with two masters frozen, the restart guard, then seed 002's failover under a single

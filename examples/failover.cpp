@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Seed 002: a lock on one Redis master with an asynchronous replica. Client A locks on the
 // master, the master dies before the write reached the replica, the replica is promoted, and
 // client B is granted the same lock on it: two owners. The quorum lock over five independent

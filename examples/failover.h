@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Seed 002 in the demo: the same failover of a master under a single-master lock and under
 // the quorum lock, side by side (examples/failover.cpp).
 #pragma once

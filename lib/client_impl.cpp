@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Client's operations on the loop thread: begin, send rounds, decide, retry, finish.
 #include <cstdio>
 #include <future>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parsing of master URIs: redis://[user:password@]host[:port][/db].
 #include <charconv>
 #include <string>

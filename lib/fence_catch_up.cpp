@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fencing counter catch-up: a master seen for the first time, or after a restart, may have
 // lost its counter. Before its fencing votes count, raise its counter to the highest value
 // read from enough OTHER masters that any quorum which acknowledged a token shares one with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the Client knows about each master across reconnects: the restart guard (a restarted
 // master's grants are not votes for one max_lock_ttl; a run_id change takes its votes away
 // from held locks) and the eviction warning for the fencing counter.

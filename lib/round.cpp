@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One round of a lock operation: classify each master's reply as a vote, decide early.
 #include <algorithm>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/client_impl.h — the inside of redlock::Client (redlock::detail::ClientImpl): operations, rounds, and what the
 // Client knows about each master (restart guard, fencing counter).
 #pragma once

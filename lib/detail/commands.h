@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/commands.h — the Redis commands and Lua scripts of the lock, RESP-encoded.
 //
 // Encoding goes through hiredis (redisFormatCommandArgv), so keys and tokens are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A program outside the project, built against an installed redlock (find_package or
 // pkg-config, static or shared): takes a lock on one real redis-server, shows that a second
 // client is refused while it is held, releases it. Exit 0 only if all three happened.

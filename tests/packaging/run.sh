@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The packaging check (ctest `packaging`, ci preset only): installs redlock twice, static from
 # the already-built tree and shared from a lib-only build of its own, then builds two
 # throwaway consumers against each prefix, one with find_package (cmake/) and one with a
