@@ -41,7 +41,7 @@ if [ ! -f "$work/shared-build/CMakeCache.txt" ]; then
     -DCMAKE_CXX_COMPILER="$CXX" -DBUILD_SHARED_LIBS=ON -DREDLOCK_WERROR=ON \
     -DREDLOCK_BUILD_TESTS=OFF -DREDLOCK_BUILD_TOOLS=OFF -DREDLOCK_BUILD_BENCH=OFF >/dev/null
 fi
-nice cmake --build "$work/shared-build" --target redlock
+nice cmake --build "$work/shared-build" --target redlock --parallel 2
 rm -rf "$work/shared"
 cmake --install "$work/shared-build" --prefix "$work/shared" >/dev/null
 
@@ -63,7 +63,7 @@ for attempt in 1 2 3 4 5 6 7 8 9 10; do
     --dir "$work" --logfile "$work/redis.log" &
   redis_pid=$!
   for _ in $(seq 50); do
-    if redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG; then break 2; fi
+    if [ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" = PONG ]; then break 2; fi
     kill -0 "$redis_pid" 2>/dev/null || break
     sleep 0.1
   done
@@ -99,13 +99,21 @@ for kind in static shared; do
     || fail "$kind pkg-config consumer did not build"
   run_consumer "$kind pkg-config consumer" "$work/$kind-pc-app"
   if [ "$kind" = shared ]; then
+    # A shared libredlock links with --static too (its private dependencies come along).
+    PKG_CONFIG_PATH="$pcdir" make -s -C "$here" OUT="$work/$kind-pc-static-flags-app" PKGCONFIG_FLAGS=--static \
+      || fail "shared pkg-config --static consumer did not build"
+    run_consumer "shared pkg-config --static consumer" "$work/$kind-pc-static-flags-app"
+  fi
+  if [ "$kind" = shared ]; then
     for app in "$work/$kind-cmake/app" "$work/$kind-pc-app"; do
-      ldd "$app" | grep -q "libredlock.so.* => $prefix" || { ldd "$app"; fail "$app does not load $prefix's libredlock"; }
+      libs=$(ldd "$app")
+      grep -q "libredlock.so.* => $prefix" <<<"$libs" || { echo "$libs"; fail "$app does not load $prefix's libredlock"; }
     done
     echo "both shared consumers load $(ldd "$work/$kind-pc-app" | grep -o 'libredlock[^ ]*' | head -1) from $prefix"
   else
     for app in "$work/$kind-cmake/app" "$work/$kind-pc-app"; do
-      ! ldd "$app" | grep -q libredlock || fail "$app links a shared libredlock"
+      libs=$(ldd "$app")
+      ! grep -q libredlock <<<"$libs" || fail "$app links a shared libredlock"
     done
   fi
 
@@ -114,15 +122,15 @@ for kind in static shared; do
   out=$(PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH= cmake -S "$here/cmake" -B "$work/$kind-missing" \
         -G "$generator" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_DISABLE_FIND_PACKAGE_OpenSSL=TRUE 2>&1) \
     || { echo "$out"; fail "$kind: the consumer's configure failed with a dependency missing"; }
-  echo "$out" | grep 'redlock '
+  grep 'redlock ' <<<"$out"
   if [ "$kind" = static ]; then
     for missing in libuv hiredis OpenSSL; do
-      echo "$out" | grep -q "redlock not found: .*$missing" || fail "static: reason does not name $missing"
+      grep -q "redlock not found: .*$missing" <<<"$out" || fail "static: reason does not name $missing"
     done
   else
-    echo "$out" | grep -q "redlock found" || fail "shared: a shared redlock needs none of its dependencies at configure time"
+    grep -q "redlock found" <<<"$out" || fail "shared: a shared redlock needs none of its dependencies at configure time"
   fi
 done
 
 echo
-echo "packaging: 4 consumers locked and released (find_package and pkg-config, static and shared); missing dependencies reported"
+echo "packaging: 5 consumers locked and released (find_package and pkg-config, static and shared); missing dependencies reported"
