@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Replacement global operator new/delete that counts calls. See alloc_counter.h.
 #include "alloc_counter.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/alloc_counter.h — how many times global operator new ran, process-wide.
 //
 // alloc_counter.cpp replaces the global operator new/delete of the benchmark binary with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/compare.h — redlock_compare: single node vs quorum vs the physical floor, one run.
 //
 // compare_main.cpp parses the command line, starts the masters and runs the phases once per

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock_compare — "how much does a quorum cost over one Redis?", answered in one run.
 //
 // Starts its own redis-servers on free loopback ports, then, once per repetition:

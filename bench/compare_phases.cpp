@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The measurements of redlock_compare. Each phase builds its own Client(s) on the masters
 // the run started, measures, and adds named figures (one value per repetition) plus one JSON
 // record. Public API only: redlock::Client and redlock::support::RedisServer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock_compare's report: results.jsonl (meta, one record per measurement, one summary
 // per figure, the targets), table.txt (also printed), and gnuplot plots.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock_micro — Google Benchmark binaries for the hot paths reachable through the public API.
 //
 // Network benchmarks run against real redis-servers this binary starts on 127.0.0.1 and use

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/sys.h — small OS and statistics helpers shared by the benchmark binaries.
 #pragma once
 

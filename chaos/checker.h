@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // chaos/checker.h — checks a merged chaos history.
 //
 // Three independent properties, each a kind of violation:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The checker on synthetic histories: it must find what is there and only that.
 #include "checker.h"
 

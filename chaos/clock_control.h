@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock::chaos::ClockControl — drives the LD_PRELOAD clock shim (chaos/clock_shim) that
 // moves one redis-server's wall clock: jump it forward, or make it run fast (or slow).
 //

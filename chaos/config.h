@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // chaos/config.h — what one redlock_chaos run does: the command line, parsed and checked.
 #pragma once
 

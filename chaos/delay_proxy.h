@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock::chaos — a delaying TCP proxy for the "slow master" fault (no netem needed).
 //
 // Each route is one listening socket on 127.0.0.1 that forwards every accepted connection to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for the delaying TCP proxy (delay_proxy.h), always against a real redis-server.
 // Timing assertions are lower bounds (the delay must be there), or upper bounds of a second
 // or more, or "fast at least once in several tries", so a loaded machine cannot fail them.

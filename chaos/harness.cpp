@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock_chaos — runs one strategy under one fault scenario, records a history, checks it.
 //
 // The parent starts its own redis-servers on 127.0.0.1 (lock masters, a replica for the

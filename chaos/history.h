@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // chaos/history.h — the events a chaos run records, one JSON object per line.
 //
 // Every client process writes its own file (no locking between processes); the harness

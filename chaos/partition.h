@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // chaos/partition.h — network partitions between client processes and masters, on loopback
 // only, with nftables.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // chaos/run.h — the parent's side of a run: its clock and seeded RNG, the fault records
 // (faults.jsonl), and the progress line printed once a second.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "scenarios.h"
 
 #include <signal.h>
@@ -85,7 +86,10 @@ void majority_restarts(const Config& config, Run& run, Shared& shared, Masters& 
     if (!long_grant(run, shared, config.ttl / 2, 2s)) continue;
     const auto picked = run.pick(masters.size(), quorum_of(masters.size()));
     std::string names;
-    for (const std::size_t i : picked) names += " " + std::to_string(masters[i]->port());
+    for (const std::size_t i : picked) {
+      names += ' ';  // appended piece by piece: GCC 12 -O2 warns (falsely, -Wrestrict) on " " + std::string&&
+      names += std::to_string(masters[i]->port());
+    }
     const std::int64_t id =
         run.fault_start("SIGKILL+restart " + restart_kind(config) + " of a majority while a client holds:" + names);
     for (const std::size_t i : picked) masters[i]->kill();
@@ -124,7 +128,10 @@ void paused_holders(Run& run, Shared& shared, const std::vector<pid_t>& clients,
 
 std::string port_list(const Masters& masters, const std::vector<std::size_t>& which) {
   std::string s;
-  for (const std::size_t i : which) s += (s.empty() ? "" : ",") + std::to_string(masters[i]->port());
+  for (const std::size_t i : which) {
+    if (!s.empty()) s += ',';  // not "," + std::string&&: GCC 12 -O2 warns (falsely, -Wrestrict)
+    s += std::to_string(masters[i]->port());
+  }
   return s;
 }
 
@@ -170,8 +177,9 @@ void bridge_partitions(Run& run, Cluster& cluster) {
     for (std::size_t k = 0; k < clients.size(); ++k) {
       const bool first_group = k < split;
       const std::string address = client_address(static_cast<int>(clients[k]));
-      (first_group ? left : right) += (first_group ? left : right).empty() ? std::to_string(clients[k])
-                                                                            : "," + std::to_string(clients[k]);
+      std::string& group = first_group ? left : right;
+      if (!group.empty()) group += ',';  // not "," + std::string&&: GCC 12 -O2 warns (falsely, -Wrestrict)
+      group += std::to_string(clients[k]);
       // first group: cut from order[q..n); second group: cut from order[0..n-q)
       for (std::size_t m = first_group ? q : 0; m < (first_group ? n : n - q); ++m) {
         cuts.push_back({address, masters[order[m]]->port()});

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // chaos/scenarios.h — the fault schedules the parent runs while the clients work.
 //
 // Each scenario loops until the run is over, recording every fault it injects (Run::

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // chaos/shared_state.h — what the harness and its client processes share: one struct in
 // MAP_SHARED memory, lock-free atomics only (processes never share a mutex).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // chaos/timeline.h — a timeline picture (SVG) of a chaos run: who held the lock when.
 //
 // x = time (ms since the run's first event), one lane per client process. In each lane:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The timeline picture on synthetic histories: well-formed SVG, one bar per grant, bands for
 // faults and violations, the automatic window, and a bounded size for long runs.
 #include "timeline.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // chaos/workers.h — the client processes of a chaos run, one function per strategy.
 //
 // Each loops until Shared::stop: acquire -> enter the oracle -> hold -> write to the store ->

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cli/args.h — the command line: CLI11 definitions, duration parsing, and the resolved
 // settings (redlock::ClientOptions + per-command values) the commands run with.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cli/commands.h — the subcommands. Each returns the process exit status (exit_codes.h).
 // They may throw redlock::ConfigError (bad master URI, ttl, ...) from the Client constructor.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cli/exit_codes.h — the tool's exit statuses (sysexits.h) and how lock outcomes map to them.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock — command-line front end of the Redlock library. See cli/README.md.
 #include <CLI/CLI.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cli/output.h — what the tool prints: tokens and JSON on stdout, diagnostics on stderr.
 // Everything printed through here has password-carrying command-line words masked
 // (secrets.h); the library masks passwords in the texts it reports (Endpoint::redact).

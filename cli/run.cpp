@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cli/run.cpp — `redlock run RESOURCE -- command...`: acquire, run the command in a process
 // group of its own, extend the lease every ttl/3 while any process of that group is left,
 // release once the whole group is gone.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cli/secrets.h — keeping master passwords out of what the tool prints, out of `ps`, and out
 // of the environment of the command `run` starts; reading masters from a private file.
 //

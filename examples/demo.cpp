@@ -1,10 +1,15 @@
+// SPDX-License-Identifier: Apache-2.0
 // The README's first command: five local masters, two clients, one resource.
 // Starts its own redis-servers on free loopback ports, shows a grant, a refusal, a release,
-// a grant with two masters frozen, and stops every server it started.
+// a grant with two masters frozen, the restart guard, then seed 002's failover under a single
+// master and under the quorum (failover.cpp), and stops every server it started.
+// `redlock_demo --failover` shows the failover part only.
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 
+#include "failover.h"
 #include "redlock/redlock.h"
 #include "support/redis_server.h"
 
@@ -24,9 +29,8 @@ void show_keys(redlock::support::RedisServerGroup& masters, const std::string& k
   }
 }
 
-}  // namespace
-
-int main() {
+// Grant, refusal, release, frozen masters, restart guard. True when all were shown.
+bool show_quorum_basics() {
   using namespace std::chrono_literals;
   std::printf("starting 5 redis-server masters on loopback...\n");
   redlock::support::RedisServerGroup masters(5);
@@ -50,7 +54,7 @@ int main() {
 
   auto held = alice.acquire("payments:batch-42");
   show("alice acquires payments:batch-42", held);
-  if (!held) return 1;
+  if (!held) return false;
   show_keys(masters, held.lock->key);
 
   show("bob tries the same resource while alice holds it", bob.acquire("payments:batch-42"));
@@ -94,5 +98,20 @@ int main() {
   std::printf("\nstopping the masters\n");
   const bool guard_shown = guarded_result.ok() && refused.outcome == redlock::Outcome::quorum_unreachable &&
                            refused.masters[0].status == redlock::MasterStatus::not_counted;
-  return frozen.ok() && guard_shown ? 0 : 1;
+  return frozen.ok() && guard_shown;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool failover_only = argc > 1 && std::strcmp(argv[1], "--failover") == 0;
+  if (argc > 2 || (argc == 2 && !failover_only)) {
+    std::fprintf(stderr, "usage: %s [--failover]\n", argv[0]);
+    return 2;
+  }
+  const bool basics_shown = failover_only || show_quorum_basics();
+  // Exit 0 only if the demo showed what it says: seed 002's two owners under a single master,
+  // and one owner under the quorum (ctest demo_failover checks both).
+  const auto failover = redlock_demo::show_failover();
+  return basics_shown && failover.single_master_two_owners && failover.quorum_one_owner ? 0 : 1;
 }

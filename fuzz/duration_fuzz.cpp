@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz/duration_fuzz.cpp — the command-line tool's durations: redlock_cli::parse_duration
 // (cli/args.h: "500ms", "10s", "1.5s", "2m", "1h"; a plain number is milliseconds).
 // Checked against the documented grammar, evaluated here in exact integer arithmetic:

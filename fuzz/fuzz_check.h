@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz/fuzz_check.h — the one way a fuzz target reports a broken invariant.
 //
 // A target must fail the same way under libFuzzer (which saves the input as a crash

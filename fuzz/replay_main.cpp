@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz/replay_main.cpp — main() for a fuzz target built without a fuzzing engine (gcc, or
 // the ci/asan/tsan presets): runs LLVMFuzzerTestOneInput once over every file in the
 // directories (or files) named on the command line, in name order, so ctest replays the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz/reply_fuzz.cpp — the reply path of one connection: arbitrary bytes from a master.
 //
 // The bytes go to a ReplyReader (lib/detail/reply_reader.h) in chunks the input chooses;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz/uri_fuzz.cpp — master URIs: Endpoint::parse, display, mask_uri and redact
 // (include/redlock/options.h, lib/endpoint.cpp). Checked:
 //   - never a crash (the sanitizers), and parse fails only with a ConfigError that quotes the

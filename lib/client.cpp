@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock::Client's public functions: build an Operation and hand it to the loop.
 #include "redlock/client.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The life of one lock operation on the loop thread: begin, send rounds, decide, grant or
 // retry, finish (detail/client_impl.h).
 #include "detail/client_impl.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "detail/commands.h"
 
 #include "detail/hiredis_ptr.h"

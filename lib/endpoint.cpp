@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parsing of master URIs: redis://[user:password@]host[:port][/db].
 #include <charconv>
 #include <string>
@@ -199,8 +200,13 @@ Endpoint Endpoint::parse(std::string_view uri) {
 
 std::string Endpoint::display() const {
   std::string out = host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  out += ":" + std::to_string(port);
-  if (db != 0) out += "/" + std::to_string(db);
+  // Appended piece by piece: GCC 12 -O2 reports a false -Wrestrict in ":" + std::string&&.
+  out += ':';
+  out += std::to_string(port);
+  if (db != 0) {
+    out += '/';
+    out += std::to_string(db);
+  }
   return out;
 }
 

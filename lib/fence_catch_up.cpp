@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fencing counter catch-up (detail/fence_catch_up.h).
 #include "detail/fence_catch_up.h"
 

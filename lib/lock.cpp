@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock::Lock's member functions.
 #include "redlock/lock.h"
 

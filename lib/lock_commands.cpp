@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The lock's commands: typed encoders per round kind, and what a reply to each means.
 #include "detail/lock_commands.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The N masters of one Client (detail/master_set.h).
 #include "detail/master_set.h"
 

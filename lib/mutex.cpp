@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "redlock/mutex.h"
 
 #include "detail/event_loop.h"

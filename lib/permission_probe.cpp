@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The permission check (docs/permissions.md): on every connect, before a master is sent a
 // lock's SET, prove that this ACL user can run every command the lock paths run, those the
 // scripts call inside included. Redis checks a script's inner command only when the script

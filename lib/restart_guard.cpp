@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The restart guard (detail/restart_guard.h).
 #include "detail/restart_guard.h"
 

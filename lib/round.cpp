@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One round of a lock operation (detail/round.h): send, classify each reply as a vote,
 // decide early, close.
 #include "detail/round.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading the handshake's INFO server and CONFIG GET replies (detail/server_info.h).
 #include "detail/server_info.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "support/fenced_store.h"
 
 #include "support/hiredis_handle.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock::support::FencedStore — the storage side of fencing, for tests and chaos runs.
 //
 // A resource that remembers the highest fencing token it has accepted and refuses a write

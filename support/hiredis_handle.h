@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock::support — owning handles for blocking hiredis connections and replies, shared by
 // the test tooling (support/, tests/, chaos/). Header-only; whoever includes it links hiredis
 // itself (redlock_support keeps hiredis private).

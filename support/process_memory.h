@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // support/process_memory.h — this process's resident memory, from /proc/self (Linux).
 // For the benchmarks' memory figures and the tests' bounds on what a bad master may cost.
 #pragma once

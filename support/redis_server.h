@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock::support — launch and control real redis-server processes.
 //
 // Test-and-tooling helper used by the unit tests, the demo, the benchmarks

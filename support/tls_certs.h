@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock::support — a throw-away PKI for TLS tests (rediss://).
 //
 // Generated with libcrypto (no `openssl` command needed) into a private temp dir that the

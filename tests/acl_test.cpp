@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Least privilege: masters where the lock user is an ACL user with only what the library
 // needs (docs/permissions.md). A master where that user lacks something the lock paths
 // run, inside the scripts included, must never be sent a lock's SET: it is not_permitted,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The asynchronous API: callbacks on the loop thread, cancellation, shutdown with
 // operations in flight, and a Client attached to a uv loop the caller owns.
 #include <gtest/gtest.h>

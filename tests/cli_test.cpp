@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // End-to-end tests of the `redlock` command-line tool (cli/): the built binary is run as a
 // child process against real redis-servers, and the keys are checked from a second
 // connection (RedisServer::command).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock::Client against N = 1, 3, 5 real redis-server masters: acquire, refuse, release,
 // extend. Mirrors include/redlock/client.h.
 #include "redlock/client.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The LD_PRELOAD clock shim (chaos/clock_shim) and its controller, redlock::chaos::ClockControl:
 // the controller's arithmetic on its own, then real redis-servers started with the shim.
 #include <gtest/gtest.h>

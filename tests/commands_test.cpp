@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for the RESP encoding of the lock's commands (lib/detail/commands.h), the Lua
 // scripts (checked against a real redis-server), and owner tokens (lib/detail/token.h).
 #include "detail/lock_commands.h"

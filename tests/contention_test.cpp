@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Mutual exclusion under contention: 8 threads, each with its own Client (as separate
 // processes would be), take one resource 200 times each through the blocking API on 5
 // masters. An independent check inside the critical section proves no two holders overlap.

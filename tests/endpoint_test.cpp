@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for redlock::Endpoint::parse and Endpoint::display: the master URI grammar
 // redis://[user:password@]host[:port][/db], its error messages, and that no password
 // ever reaches an error message or a display name.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Quorum behaviour under faults on real masters: killed (SIGKILL) and frozen (SIGSTOP)
 // minorities and majorities, and keys pre-seeded by another owner.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // 2,000+ sequential fenced grants across 4 client processes while masters are restarted
 // without persistence (one at a time, restart guard on) and single masters are frozen.
 // Every grant records its grant and release instants on CLOCK_MONOTONIC, shared by all

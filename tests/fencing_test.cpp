@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fencing tokens (AcquireOptions::fencing) against real masters: tokens increase between
 // grants, survive a frozen minority, survive restarts thanks to the counter catch-up (and do
 // not without it), and let a fenced store refuse a holder paused past its validity.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Masters that send what Redis never would: protocol garbage, replies of the wrong type,
 // silence, and hang-ups. Each is one master's failure with a clear reason; nothing
 // crashes, and real masters beside them still decide. The hostile peer is a tiny server

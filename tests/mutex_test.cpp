@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock::Mutex and redlock::LockGuard: the standard TimedLockable interface on a
 // distributed lock, against real masters. Mirrors include/redlock/mutex.h.
 #include "redlock/mutex.h"

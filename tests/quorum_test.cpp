@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for the I/O-free vote counting of one round (redlock::detail::Tally), quorum_of,
 // the drift allowance drift_for and what one reply says (classify_reply), as documented in
 // lib/detail/quorum.h.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ReplyReader: hiredis's RESP parser with limits a hostile master cannot get past. Pure unit
 // tests (no server): replies come out as hiredis would parse them however the bytes are
 // split, each limit is refused at the earliest byte that breaks it with an error naming the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The restart guard against real masters restarted without persistence: a restarted master's
 // grants are not votes for one max_lock_ttl, and a run_id change takes its votes away from
 // held locks. With the guard off the same scenario gives two holders: both are kept.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for redlock::Result and its helpers (include/redlock/result.h): to_string of every
 // Outcome and MasterStatus, ok()/operator bool/count(), and format_result.
 #include "redlock/result.h"

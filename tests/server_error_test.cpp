@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Server-side errors are per-master outcomes, never crashes, and the healthy masters still
 // decide: WRONGTYPE, READONLY (a replica posing as a master), OOM, NOSCRIPT, NOAUTH, and
 // AUTH / ACL users / SELECT from the URI.

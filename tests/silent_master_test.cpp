@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A silent master (frozen: TCP up, nothing read or answered) under a steady load: what the
 // client queues for it stays bounded (DESIGN.md "Hostile masters"). Without a bound every
 // command sent to it keeps its round, and the round its operation, alive until the stall

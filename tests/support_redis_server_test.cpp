@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for redlock::support::RedisServer: the test-only helper that runs
 // real redis-server processes. Everything else builds on it, so it is worth
 // checking that freeze/kill/restart really do what the chaos tests assume.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A fault-injecting TCP proxy for tests: forwards a loopback port to a real redis-server and
 // lets a test delay what the client sends, chunk by chunk. Redis still answers everything;
 // the proxy only moves bytes later. Blocking sockets, two threads per connection.

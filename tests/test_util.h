@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared helpers for tests that run against real redis-server processes.
 #pragma once
 

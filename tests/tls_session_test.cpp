@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for the TLS engine (lib/tls: TlsContext, TlsSession) against real redis-servers
 // started with --tls-port (support/redis_server.h, RedisServerOptions::tls) and a test PKI
 // generated per suite (support/tls_certs.h). The engine is driven over a plain blocking

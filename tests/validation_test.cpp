@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for configuration validation (redlock::Client's constructor throws ConfigError naming
 // the bad field and value, never a password) and for per-call argument checks through the
 // public API (Outcome::invalid_argument, nothing written to Redis).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Validity arithmetic with an injected clock: validity = ttl - elapsed - drift, exactly,
 // and a grant whose validity would not be positive is refused and released.
 #include <gtest/gtest.h>

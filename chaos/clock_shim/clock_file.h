@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The control file shared by the clock shim (clock_shim.c, C, preloaded into a redis-server)
  * and its controller (chaos/clock_control.cpp, C++, in the chaos harness). This header is
  * the one description of its layout; both sides include it.

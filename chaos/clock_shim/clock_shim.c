@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* redlock_clock_shim: an LD_PRELOAD library that moves one process's wall clock.
  *
  * Preloaded into a redis-server with REDLOCK_CLOCK_FILE naming a control file written by

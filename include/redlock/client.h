@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock/client.h — the quorum lock client.
 //
 // A Client holds one connection to each of N independent Redis masters, all driven by one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock/clock.h — the monotonic clock all validity arithmetic uses.
 //
 // Lock validity is computed on a monotonic clock, never the wall clock: a wall-clock jump

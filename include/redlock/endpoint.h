@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock/endpoint.h — one master's address and credentials, parsed from a URI.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock/errors.h — the exceptions the library throws.
 //
 // Exceptions are for setup mistakes and API misuse only. Lock operations never throw

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock/lock.h — a held lock: what release and extend need.
 #pragma once
 

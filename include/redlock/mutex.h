@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock/mutex.h — a distributed lock with the std::mutex interface.
 //
 // redlock::Mutex names one resource on one Client and meets the standard TimedLockable

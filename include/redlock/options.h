@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock/options.h — configuration of a redlock::Client and of one acquire call.
 //
 // A Client talks to N independent Redis masters (no replication between them) and holds a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock/redlock.h — umbrella header: the whole public API of the Redlock library.
 #pragma once
 

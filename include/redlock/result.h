@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock/result.h — what a lock operation reports.
 //
 // Every acquire, extend and release returns a Result: one top-level Outcome plus one

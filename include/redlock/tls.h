@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // redlock/tls.h — how the library speaks TLS to masters (rediss://).
 //
 // TlsOptions says HOW to talk TLS; WHETHER a master is reached over TLS is decided by its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/client_impl.h — the inside of redlock::Client: the life of each operation, from
 // submit to its callback (begin, rounds, grant or retry, finish), on the Client's event loop.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/commands.h — RESP encoding of Redis commands and of Lua script calls (the lock's own
 // commands and scripts are in lock_commands.h).
 //

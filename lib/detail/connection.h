@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/connection.h — one pipelined connection to one Redis master, on the event loop.
 //
 // Owns its socket (a libuv TCP handle) and uses hiredis only for what hiredis 0.14 does

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/diagnostics.h — how the Client shows text from or about a master: in result rows
 // and in warnings, never with a configured password, never unbounded.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/event_loop.h — the one libuv loop that owns every socket and timer of a Client.
 //
 // Either runs its own loop on its own thread, or attaches to a loop the caller runs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/fence_catch_up.h — the fencing counter catch-up (docs/fencing.md).
 //
 // A master seen for the first time, or after a restart, may have lost its counter. Before

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/hiredis_ptr.h — owning pointers for the hiredis objects the library uses, each with
 // a stateless deleter (no function pointer stored beside the object).
 #pragma once

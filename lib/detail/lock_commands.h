@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/lock_commands.h — the lock's contract with Redis, in one place: its Lua scripts and
 // what they return, the command each round kind sends (typed encoders), what a reply means
 // (classify_reply), and the lock's steps of every connection handshake (loading the scripts,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/lock_state.h — what a Client remembers about a lock it granted: which masters
 // (in which incarnation) vouch for it, and whether it is known lost. Shared by the copies
 // of a Lock (its private part) and the restart guard's list of live locks.

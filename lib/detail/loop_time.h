@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/loop_time.h — the Client's two time bases, explained once.
 //
 // 1. The validity clock (redlock::Clock, ClientImpl::clock(); std::chrono::steady_clock by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/master_set.h — the N masters of one Client: their connections, and everything the
 // Client knows about each across reconnects (its incarnation and the restart guard, its
 // fencing counter catch-up, whether its user may run the lock, whether two configured

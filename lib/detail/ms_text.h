@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/ms_text.h — a duration as messages and tables show it: "12.345 ms".
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/operation.h — one lock operation as the Client carries it from submit to callback:
 // an acquire with its retries (and, when fenced, its second round), one extend, or one
 // release. What only one kind needs lives in that kind's part.

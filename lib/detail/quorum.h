@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/quorum.h — the vote counting of one round, free of I/O so it can be tested alone.
 //
 // A round sends one command to each of N masters. Each reply (or its absence) is a vote:

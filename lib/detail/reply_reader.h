@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/reply_reader.h — hiredis's RESP reply parser, bounded against a hostile master.
 //
 // Anything at a master's address may send anything (DESIGN.md "Hostile masters"). hiredis

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/restart_guard.h — the restart guard: which incarnation of each master this Client
 // talks to, when a master's grants count as votes, and which held locks lose a master's
 // vote when it restarts (README "Restart guard", docs/design.md).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/round.h — one round of a lock operation: one command to each master, the votes,
 // and the deadline.
 //

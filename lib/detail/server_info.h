@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/server_info.h — what a connection's handshake learns about its server, and the
 // shape of the extra handshake steps the lock adds (LockCommands::handshake_steps).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/token.h — owner tokens: 128 bits from the OS CSPRNG, printable.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/uv_handle.h — the one way this library owns a libuv handle.
 //
 // libuv may touch a handle until its close callback has run, so a handle is never deleted

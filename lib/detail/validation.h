@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detail/validation.h — checks of configuration and per-call arguments.
 #pragma once
 

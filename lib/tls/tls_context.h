@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TlsContext: one OpenSSL SSL_CTX per Client, built from redlock::TlsOptions, plus the
 // cache of the last TLS session of each endpoint (so a reconnect can resume).
 //

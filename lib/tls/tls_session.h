@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TlsSession: one TLS client connection as a pure state machine over memory BIOs.
 //
 // It never touches a socket: the owner moves bytes between it and the transport.
