@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -25,8 +26,11 @@
 
 #include "redlock/client.h"
 #include "redlock/errors.h"
+#include "detail/connection.h"
+#include "detail/event_loop.h"
 #include "support/tls_certs.h"
 #include "test_util.h"
+#include "tls/tls_context.h"
 
 namespace redlock::testing {
 namespace {
@@ -383,6 +387,67 @@ TEST_F(TlsClientTest, MasterFrozenMidRoundDoesNotHoldTheDecision) {
   EXPECT_EQ(result.masters[1].status, MasterStatus::held_by_other) << rows(result);
   EXPECT_EQ(result.masters[2].status, MasterStatus::ok) << rows(result);
   masters[0].thaw();
+}
+
+// --------------------------------------------------------------------------------------
+// Reconnects resume the TLS session (the Client cannot show this: one Connection can)
+
+TEST_F(TlsClientTest, ReconnectResumesTheTlsSession) {
+  RedisServer server(tls_server(pki_->server()));
+  TlsOptions tls;
+  tls.ca_file = pki_->ca_file();
+  detail::TlsContext context(tls);
+  detail::EventLoop loop(nullptr);
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<bool> resumed;  // one per connection that became ready; guarded by mutex
+  std::unique_ptr<detail::Connection> connection;  // loop thread only
+  const auto connect = [&] {
+    detail::ConnectionOptions co;
+    co.endpoint = Endpoint::parse(server.uri());
+    co.tls = &context;
+    co.reconnect_min = 10ms;
+    co.reconnect_max = 50ms;
+    connection = std::make_unique<detail::Connection>(loop, std::move(co));
+    connection->on_ready = [&] {
+      std::lock_guard lock(mutex);
+      resumed.push_back(connection->tls_session_reused());
+      changed.notify_all();
+    };
+    connection->start();
+  };
+  const auto wait_for_ready = [&](std::size_t count) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, 10s, [&] { return resumed.size() >= count; });
+  };
+  loop.post(connect);
+  ASSERT_TRUE(wait_for_ready(1));
+  // Closed by us (with a close_notify), then connected again from the same context: what a
+  // Client's reconnect does, minus the failure. Twice: TLS 1.3 tickets are single-use.
+  for (std::size_t round = 2; round <= 3; ++round) {
+    loop.post([&] {
+      connection->close();
+      connect();
+    });
+    ASSERT_TRUE(wait_for_ready(round));
+  }
+  // Cut by the server: the connection reconnects by itself and offers the cached session;
+  // whether the server still accepts it after a cut is the server's choice (OpenSSL drops
+  // a session from its cache when a connection ends without close_notify), so it is shown,
+  // not asserted.
+  server.command({"CLIENT", "KILL", "TYPE", "normal"});
+  ASSERT_TRUE(wait_for_ready(4));
+  loop.post([&] {
+    connection.reset();
+    loop.close();
+  });
+  loop.join();
+  std::lock_guard lock(mutex);
+  EXPECT_FALSE(resumed[0]) << "the first connection has nothing to resume";
+  EXPECT_TRUE(resumed[1]) << "the second connection did a full handshake";
+  EXPECT_TRUE(resumed[2]) << "the third connection did a full handshake";
+  std::printf("reconnect after the server cut the connection: session %s\n",
+              resumed[3] ? "resumed" : "not resumed (full handshake)");
 }
 
 // --------------------------------------------------------------------------------------

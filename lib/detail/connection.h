@@ -102,6 +102,9 @@ class Connection {
   [[nodiscard]] const std::string& last_error() const noexcept { return last_error_; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] std::size_t outstanding() const noexcept { return pending_.size(); }
+  // Whether the current connection resumed a TLS session from its context's cache (an
+  // abbreviated handshake); false on plain masters and before the TLS handshake.
+  [[nodiscard]] bool tls_session_reused() const noexcept;
   // Valid once ready(); describes the server of the current connection.
   [[nodiscard]] const ServerInfo& server_info() const noexcept { return info_; }
 

@@ -94,6 +94,8 @@ void Connection::flush_tls() {
   if (tls_->failed()) fail(tls_->failure_reason());
 }
 
+bool Connection::tls_session_reused() const noexcept { return tls_ != nullptr && tls_->session_reused(); }
+
 std::string Connection::tls_goodbye() {
   if (!tls_->handshake_done()) return {};
   tls_->write_plaintext(out_);  // as much as fits; this is best effort, as on a plain socket
