@@ -401,14 +401,18 @@ TEST_F(TlsClientTest, ReconnectResumesTheTlsSession) {
   std::mutex mutex;
   std::condition_variable changed;
   std::vector<bool> resumed;  // one per connection that became ready; guarded by mutex
-  std::unique_ptr<detail::Connection> connection;  // loop thread only
+  // Loop thread only. A Connection's before-poll hook lives as long as the loop, so closed
+  // connections are kept until the loop has closed (as MasterSet keeps them).
+  std::vector<std::unique_ptr<detail::Connection>> connections;
+  detail::Connection* connection = nullptr;
   const auto connect = [&] {
     detail::ConnectionOptions co;
     co.endpoint = Endpoint::parse(server.uri());
     co.tls = &context;
     co.reconnect_min = 10ms;
     co.reconnect_max = 50ms;
-    connection = std::make_unique<detail::Connection>(loop, std::move(co));
+    connections.push_back(std::make_unique<detail::Connection>(loop, std::move(co)));
+    connection = connections.back().get();
     connection->on_ready = [&] {
       std::lock_guard lock(mutex);
       resumed.push_back(connection->tls_session_reused());
@@ -438,10 +442,11 @@ TEST_F(TlsClientTest, ReconnectResumesTheTlsSession) {
   server.command({"CLIENT", "KILL", "TYPE", "normal"});
   ASSERT_TRUE(wait_for_ready(4));
   loop.post([&] {
-    connection.reset();
+    connection->close();
     loop.close();
   });
   loop.join();
+  connections.clear();
   std::lock_guard lock(mutex);
   EXPECT_FALSE(resumed[0]) << "the first connection has nothing to resume";
   EXPECT_TRUE(resumed[1]) << "the second connection did a full handshake";
