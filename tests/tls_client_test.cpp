@@ -123,6 +123,9 @@ TEST_P(TlsFleetTest, AcquireExtendReleaseOverTls) {
 
   // A second client is refused while the first holds it, over TLS as well.
   Client other(options);
+  // A full TLS handshake under a sanitizer on a loaded machine may take longer than one
+  // command_timeout: connect first, so the round measures the lock, not the handshake.
+  ASSERT_TRUE(other.wait_connected(masters.size(), 10s));
   const Result again = client.acquire("tls-orders");
   ASSERT_TRUE(again) << rows(again);
   const Result refused = other.acquire("tls-orders");
@@ -140,6 +143,7 @@ TEST_F(TlsClientTest, MutualTlsRequiredAndGiven) {
   options.tls.cert_file = pki_->client().cert_file;
   options.tls.key_file = pki_->client().key_file;
   Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 10s));
   const Result held = client.acquire("mtls");
   ASSERT_EQ(held.outcome, Outcome::acquired) << rows(held);
   // Early decision may leave one row pending: every master holds the token soon after.
@@ -476,6 +480,7 @@ TEST_F(TlsClientTest, MixedFleetIsRefusedUnlessAllowed) {
   auto options = tls_options_for(uris);
   options.allow_mixed_tls = true;
   Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 10s));
   const Result held = client.acquire("mixed");
   ASSERT_EQ(held.outcome, Outcome::acquired) << rows(held);
   EXPECT_TRUE(eventually([&] { return holding(secure, held.lock->key, held.lock->token) == 2; }));
@@ -571,6 +576,7 @@ TEST_F(TlsClientTest, SecretsAreNeverInResultsOrWarnings) {
   std::string shown;
   {
     Client client(options);
+    ASSERT_TRUE(client.wait_connected(3, 10s));
     const Result held = acquire_until_reason(client, "secret", "unknown CA", 3);
     const Result again = client.acquire("secret-2");
     EXPECT_EQ(again.outcome, Outcome::acquired) << rows(again);
@@ -583,6 +589,7 @@ TEST_F(TlsClientTest, SecretsAreNeverInResultsOrWarnings) {
   insecure.tls.insecure_skip_verify = true;
   {
     Client client(insecure);
+    ASSERT_TRUE(client.wait_connected(4, 10s));
     const Result held = client.acquire("insecure");
     ASSERT_TRUE(held) << rows(held);
     // The unknown CA's server is accepted too.
