@@ -178,7 +178,9 @@ MastersFile read_masters_file(const std::string& path, std::string_view origin) 
     std::string_view line = trim(std::string_view(text).substr(start, end - start));
     start = end + 1;
     ++line_number;
-    const std::string where = "'" + printable(path) + "':" + std::to_string(line_number);
+    std::string where = "'";  // appended: GCC 12's -Wrestrict misfires on "'" + std::string&&
+    where += printable(path);
+    where += "':" + std::to_string(line_number);
     if (line.empty() || line.front() == '#') continue;
     const auto blank = line.find_first_of(" \t");
     if (blank != std::string_view::npos) {

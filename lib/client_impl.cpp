@@ -41,21 +41,37 @@ std::vector<Endpoint> prepare(ClientOptions& options) {
   return endpoints;
 }
 
+// The TLS context, if any master is rediss:// (throws ConfigError naming a bad file).
+std::unique_ptr<TlsContext> make_tls_context(const ClientOptions& options, const std::vector<Endpoint>& endpoints) {
+  for (const auto& endpoint : endpoints) {
+    if (endpoint.tls) return std::make_unique<TlsContext>(options.tls);
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 ClientImpl::ClientImpl(ClientOptions options)
     : options_(std::move(options)),
       endpoints_(prepare(options_)),
+      tls_(make_tls_context(options_, endpoints_)),
       loop_(std::make_unique<EventLoop>(options_.loop)),
       clock_(options_.clock ? options_.clock : std::make_shared<SteadyClock>()),
       diagnostics_(endpoints_, options_.on_warning),
       commands_(options_.key_prefix, options_.fence_key),
-      masters_(*loop_, options_, endpoints_, commands_, diagnostics_),
+      masters_(*loop_, options_, endpoints_, commands_, diagnostics_, tls_.get()),
       round_context_{*loop_, masters_, commands_, diagnostics_, *clock_, options_.command_timeout} {
   // Connections are created on the loop thread: they register with the loop, which is
   // already running there. A Client on a caller's loop may be destroyed before that loop
   // ever ran this task: then the masters are closed and start() does nothing.
   loop_->post([this] { masters_.start(); });
+  if (tls_ != nullptr && !tls_->verifies_peer()) {
+    loop_->post([this] {
+      diagnostics_.warn(
+          "TlsOptions::insecure_skip_verify is set: the rediss:// masters' certificates are NOT checked; anyone on "
+          "the path can impersonate them and read or change every command, AUTH included");
+    });
+  }
 }
 
 ClientImpl::~ClientImpl() {

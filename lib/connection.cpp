@@ -12,6 +12,7 @@
 
 #include "detail/commands.h"
 #include "detail/uv_handle.h"
+#include "tls/tls_session.h"
 
 namespace redlock::detail {
 
@@ -82,7 +83,10 @@ void Connection::connect() {
   connect_timer_ = loop_.schedule_after(options_.connect_timeout, [this, generation] {
     connect_timer_ = 0;
     if (generation == generation_ && (state_ == State::connecting || state_ == State::handshaking)) {
-      fail("connect timed out after " + std::to_string(options_.connect_timeout.count()) + " ms");
+      const std::string after = " after " + std::to_string(options_.connect_timeout.count()) + " ms";
+      // A TLS handshake still running says what it waited for (a plain port never answers).
+      fail(tls_ != nullptr && !tls_->handshake_done() && !tls_->failed() ? tls_->handshake_timeout_reason() + after
+                                                                         : "connect timed out" + after);
     }
   });
 
@@ -158,6 +162,34 @@ void Connection::on_connected(int status) {
   auto* stream = reinterpret_cast<uv_stream_t*>(&socket_->tcp);
   uv_tcp_nodelay(&socket_->tcp, 1);
   uv_tcp_keepalive(&socket_->tcp, 1, 10);
+  if (options_.tls != nullptr) {
+    // Reads are sized to what the TLS engine may buffer; the buffer is reused for plaintext.
+    const int rc = uv_read_start(
+        stream,
+        [](uv_handle_t* handle, std::size_t, uv_buf_t* buf) {
+          auto* socket = static_cast<Socket*>(handle->data);
+          const std::size_t room = socket->owner != nullptr ? socket->owner->tls_read_room(sizeof(socket->read_buffer))
+                                                            : sizeof(socket->read_buffer);
+          *buf = uv_buf_init(socket->read_buffer, static_cast<unsigned>(room));
+        },
+        [](uv_stream_t* s, ssize_t nread, const uv_buf_t*) {
+          auto* socket = static_cast<Socket*>(s->data);
+          if (socket->owner == nullptr) return;
+          if (nread > 0) {
+            socket->owner->on_tls_read(socket->read_buffer, static_cast<std::size_t>(nread), sizeof(socket->read_buffer));
+          } else if (nread == UV_EOF) {
+            socket->owner->on_tls_eof(socket->read_buffer, sizeof(socket->read_buffer));
+          } else if (nread < 0) {
+            socket->owner->fail(uv_error("read", static_cast<int>(nread)));
+          }
+        });
+    if (rc < 0) {
+      fail(uv_error("read", rc));
+      return;
+    }
+    start_tls();  // our handshake starts once the TLS handshake is done (drain_tls)
+    return;
+  }
   const int rc = uv_read_start(
       stream,
       [](uv_handle_t* handle, std::size_t, uv_buf_t* buf) {
@@ -179,7 +211,10 @@ void Connection::on_connected(int status) {
     fail(uv_error("read", rc));
     return;
   }
+  start_handshake();
+}
 
+void Connection::start_handshake() {
   // The handshake goes first. Everything is pipelined, so it costs one round trip however
   // many steps it has; commands queued while connecting wait in held_ for that round trip,
   // because the permission check must answer before a lock's SET may go out.
@@ -358,6 +393,10 @@ std::size_t Connection::unsent_bytes() const noexcept {
 
 void Connection::flush() {
   if (out_.empty() || socket_ == nullptr || state_ == State::connecting) return;
+  if (tls_ != nullptr) {
+    flush_tls();
+    return;
+  }
   auto* stream = reinterpret_cast<uv_stream_t*>(&socket_->tcp);
   uv_buf_t buf = uv_buf_init(out_.data(), static_cast<unsigned>(out_.size()));
   int written = uv_try_write(stream, &buf, 1);
@@ -374,6 +413,35 @@ void Connection::flush() {
   auto request = std::make_unique<WriteRequest>();
   request->data.assign(out_, done);
   out_.clear();
+  buf = uv_buf_init(request->data.data(), static_cast<unsigned>(request->data.size()));
+  const int rc = uv_write(&request->req, stream, &buf, 1, [](uv_write_t* req, int status) {
+    const std::unique_ptr<WriteRequest> owned(reinterpret_cast<WriteRequest*>(req));
+    auto* socket = static_cast<Socket*>(req->handle->data);
+    if (status < 0 && status != UV_ECANCELED && socket->owner != nullptr) {
+      socket->owner->fail(uv_error("write", status));
+    }
+  });
+  if (rc < 0) {
+    fail(uv_error("write", rc));
+    return;
+  }
+  request.release();  // the callback frees it
+}
+
+void Connection::write_owned(std::string bytes) {
+  if (bytes.empty() || socket_ == nullptr) return;
+  auto* stream = reinterpret_cast<uv_stream_t*>(&socket_->tcp);
+  uv_buf_t buf = uv_buf_init(bytes.data(), static_cast<unsigned>(bytes.size()));
+  int written = uv_try_write(stream, &buf, 1);
+  if (written == UV_EAGAIN) written = 0;
+  if (written < 0) {
+    fail(uv_error("write", written));
+    return;
+  }
+  if (static_cast<std::size_t>(written) == bytes.size()) return;
+  auto request = std::make_unique<WriteRequest>();
+  request->data = std::move(bytes);
+  request->data.erase(0, static_cast<std::size_t>(written));
   buf = uv_buf_init(request->data.data(), static_cast<unsigned>(request->data.size()));
   const int rc = uv_write(&request->req, stream, &buf, 1, [](uv_write_t* req, int status) {
     const std::unique_ptr<WriteRequest> owned(reinterpret_cast<WriteRequest*>(req));
@@ -450,6 +518,7 @@ void Connection::close_socket() {
     resolving_ = nullptr;
   }
   reader_.reset();
+  tls_.reset();  // the context keeps its session for the next connect's resumption
   if (socket_ == nullptr) return;
   socket_->owner = nullptr;
   socket_.reset();  // closes the handle; freed in its close callback
@@ -457,10 +526,14 @@ void Connection::close_socket() {
 
 void Connection::close() {
   if (state_ == State::closed) return;
-  if (socket_ != nullptr && state_ != State::connecting && !out_.empty()) {
+  if (socket_ != nullptr && state_ != State::connecting) {
     // Best effort: a release queued in this iteration should still reach the master.
-    uv_buf_t buf = uv_buf_init(out_.data(), static_cast<unsigned>(out_.size()));
-    uv_try_write(reinterpret_cast<uv_stream_t*>(&socket_->tcp), &buf, 1);
+    std::string encrypted = tls_ != nullptr ? tls_goodbye() : std::string();
+    std::string& bytes = tls_ != nullptr ? encrypted : out_;
+    if (!bytes.empty()) {
+      uv_buf_t buf = uv_buf_init(bytes.data(), static_cast<unsigned>(bytes.size()));
+      uv_try_write(reinterpret_cast<uv_stream_t*>(&socket_->tcp), &buf, 1);
+    }
   }
   if (reconnect_timer_ != 0) loop_.cancel(std::exchange(reconnect_timer_, 0));
   close_socket();

@@ -9,12 +9,13 @@
 namespace redlock::detail {
 
 MasterSet::MasterSet(EventLoop& loop, const ClientOptions& options, const std::vector<Endpoint>& endpoints,
-                     const LockCommands& commands, const Diagnostics& diagnostics)
+                     const LockCommands& commands, const Diagnostics& diagnostics, TlsContext* tls)
     : loop_(loop),
       options_(options),
       endpoints_(endpoints),
       commands_(commands),
       diagnostics_(diagnostics),
+      tls_(tls),
       size_(static_cast<std::uint32_t>(endpoints.size())),
       quorum_(quorum_of(size_)),
       guard_(size_, quorum_, options.restart_guard, options.max_lock_ttl),
@@ -33,6 +34,7 @@ void MasterSet::start() {
     co.reconnect_max = options_.reconnect_max;
     co.stall_timeout = options_.stall_timeout;
     co.source_address = options_.source_address;
+    co.tls = endpoints_[i].tls ? tls_ : nullptr;
     co.handshake_steps = [this] { return commands_.handshake_steps(); };
     connections_.push_back(std::make_unique<Connection>(loop_, std::move(co)));
     connections_.back()->on_ready = [this, i] { on_ready(i); };

@@ -47,6 +47,29 @@ std::string excerpt(std::string_view text) {
   return out;
 }
 
+bool tls_options_set(const TlsOptions& tls) {
+  return !tls.ca_file.empty() || !tls.ca_dir.empty() || !tls.cert_file.empty() || !tls.key_file.empty() ||
+         !tls.server_name.empty() || tls.min_version != TlsVersion::tls1_2 || tls.insecure_skip_verify;
+}
+
+// No silent plaintext: a fleet is all TLS or all plain unless mixing was asked for, and TLS
+// options with no rediss:// master are a forgotten "s", not a configuration to ignore.
+void check_transport(const ClientOptions& options, const std::vector<Endpoint>& endpoints) {
+  std::string first_tls;
+  std::string first_plain;
+  for (const auto& ep : endpoints) {
+    std::string& first = ep.tls ? first_tls : first_plain;
+    if (first.empty()) first = ep.display();
+  }
+  if (!first_tls.empty() && !first_plain.empty()) {
+    require(options.allow_mixed_tls, "ClientOptions.masters mixes rediss:// (TLS) masters (" + first_tls +
+                                         ") with redis:// (plain) masters (" + first_plain +
+                                         "): set ClientOptions.allow_mixed_tls to allow plaintext to some masters");
+  }
+  require(!first_tls.empty() || !tls_options_set(options.tls),
+          "ClientOptions.tls is set but every master is redis:// (plain TCP): use rediss:// URIs for TLS");
+}
+
 }  // namespace
 
 std::optional<std::string> check_ttl(const ClientOptions& options, Milliseconds ttl) {
@@ -91,6 +114,7 @@ std::vector<Endpoint> validate(const ClientOptions& options) {
     require(seen.insert(identity).second, "ClientOptions.masters lists " + identity + " more than once");
     endpoints.push_back(std::move(ep));
   }
+  check_transport(options, endpoints);
   require(options.key_prefix.size() <= kMaxKeyPrefixSize,
           "ClientOptions.key_prefix is " + std::to_string(options.key_prefix.size()) + " bytes, more than the maximum " +
               std::to_string(kMaxKeyPrefixSize));

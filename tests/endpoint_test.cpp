@@ -153,6 +153,20 @@ TEST(EndpointParse, Ipv6) {
   EXPECT_EQ(full.db, 5);
 }
 
+TEST(EndpointParse, RedissIsTlsWithTheSameGrammar) {
+  const Endpoint plain = Endpoint::parse("redis://h:6380");
+  EXPECT_FALSE(plain.tls);
+  const Endpoint ep = Endpoint::parse("rediss://alice:pw@[::1]:6380/3");
+  EXPECT_TRUE(ep.tls);
+  EXPECT_EQ(ep.host, "::1");
+  EXPECT_EQ(ep.port, 6380);
+  EXPECT_EQ(ep.user, "alice");
+  EXPECT_EQ(ep.password, "pw");
+  EXPECT_EQ(ep.db, 3);
+  EXPECT_EQ(Endpoint::parse("rediss://h").port, 6379);
+}
+
+// ---------------------------------------------------------------------------------------
 // ---------------------------------------------------------------------------------------
 // Errors: ConfigError whose what() names the bad value
 
@@ -162,7 +176,7 @@ TEST(EndpointParseError, MissingScheme) {
   EXPECT_THAT(message, HasSubstr("redis://"));
 
   EXPECT_THAT(parse_error("http://h:6379"), HasSubstr("http://h:6379"));
-  EXPECT_THAT(parse_error("rediss://h:6379"), HasSubstr("rediss://h:6379"));
+  EXPECT_THAT(parse_error("redis+tls://h:6379"), HasSubstr("redis+tls://h:6379"));
   EXPECT_THAT(parse_error(""), HasSubstr("redis://"));
 }
 
@@ -324,7 +338,8 @@ TEST(EndpointRedaction, PasswordOnlyNeverInMessage) {
       {"redis://" + pw + "@[::1", pw, "'['"},
       {"redis://" + pw + "@h?x=1", pw, "query"},
       {"redis://" + pw + "%zz@h", pw, "percent-escape"},
-      {"rediss://" + pw + "@h", pw, "redis://"},
+      {"http://" + pw + "@h", pw, "redis://"},
+      {"rediss://" + pw + "@h:0", pw, "port 0"},
   });
 }
 
@@ -342,6 +357,11 @@ TEST(EndpointDisplay, BracketsIpv6) {
   EXPECT_EQ(Endpoint::parse("redis://[::1]:6380").display(), "[::1]:6380");
   EXPECT_EQ(Endpoint::parse("redis://[2001:db8::7]/2").display(), "[2001:db8::7]:6379/2");
   EXPECT_EQ(Endpoint::parse("redis://127.0.0.1:6380").display(), "127.0.0.1:6380");
+}
+
+TEST(EndpointDisplay, TlsShowsItsScheme) {
+  EXPECT_EQ(Endpoint::parse("rediss://h:6380").display(), "rediss://h:6380");
+  EXPECT_EQ(Endpoint::parse("rediss://u:Hunter2Secret@[::1]/2").display(), "rediss://[::1]:6379/2");
 }
 
 TEST(EndpointDisplay, NeverShowsPasswordOrUser) {

@@ -8,7 +8,8 @@
 
 namespace redlock {
 
-// One master, parsed from `redis://[user:password@]host[:port][/db]`.
+// One master, parsed from `redis://[user:password@]host[:port][/db]`, or `rediss://...`
+// (same grammar) for a master reached over TLS (ClientOptions::tls says how; redlock/tls.h).
 // The host may be a name, an IPv4 address or a bracketed IPv6 address ([::1]).
 // The port defaults to 6379 and the db to 0. User and password may be percent-encoded.
 struct Endpoint {
@@ -17,11 +18,13 @@ struct Endpoint {
   std::string user;      // empty: AUTH with the password only (the "default" user)
   std::string password;  // empty: no AUTH
   int db = 0;            // SELECT after connecting when not 0
+  bool tls = false;      // rediss://: TLS, never plain TCP
 
   // Throws ConfigError naming the URI (password masked) and what is wrong with it.
   static Endpoint parse(std::string_view uri);
 
-  // "host:port" or "host:port/db": what results and logs show. Never the password.
+  // "host:port" or "host:port/db" (plain), "rediss://host:port[/db]" (TLS): what results and
+  // logs show. Never the user or the password.
   [[nodiscard]] std::string display() const;
 
   // `text` (e.g. a server's error reply) with this endpoint's password masked as "***":

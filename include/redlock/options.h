@@ -18,6 +18,7 @@
 
 #include "redlock/clock.h"
 #include "redlock/endpoint.h"
+#include "redlock/tls.h"
 
 struct uv_loop_s;  // libuv's uv_loop_t, so this header does not pull in <uv.h>.
 
@@ -58,7 +59,8 @@ struct ClientOptions {
   // never delays a decision longer. Should be small compared to ttl. Default 50 ms.
   Milliseconds command_timeout{50};
 
-  // Deadline for TCP connect plus the AUTH/SELECT handshake. Default 1 s.
+  // Deadline for TCP connect plus, for rediss://, the TLS handshake, plus the AUTH/SELECT
+  // handshake. Default 1 s.
   Milliseconds connect_timeout{1'000};
 
   // Reconnect backoff after a failed or lost connection: starts at reconnect_min,
@@ -101,6 +103,17 @@ struct ClientOptions {
   // Called (on the loop thread) with warnings about the masters' configuration, e.g. a
   // maxmemory-policy that could evict the fencing counter. Default: print to stderr.
   std::function<void(const std::string&)> on_warning;
+
+  // How to speak TLS to the rediss:// masters (redlock/tls.h: CA, client certificate, name,
+  // minimum version). Whether a master is TLS is its URI's scheme. Checked at construction
+  // (files readable, key matching the certificate) when at least one master is rediss://;
+  // setting anything here while every master is redis:// is a ConfigError (a forgotten
+  // "s" would otherwise send everything in plaintext). Default: verify against the system
+  // CA store, no client certificate, TLS 1.2 or newer.
+  TlsOptions tls;
+  // A fleet mixing rediss:// (TLS) and redis:// (plain) masters is a ConfigError unless
+  // this is true: tokens and passwords would cross some paths in clear. Default false.
+  bool allow_mixed_tls = false;
 
   // Local address to bind outgoing connections to (e.g. "127.0.0.11"), so that fault
   // injection can partition this client alone. Empty: the kernel chooses.

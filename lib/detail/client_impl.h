@@ -23,6 +23,7 @@
 #include "detail/operation.h"
 #include "detail/round.h"
 #include "redlock/client.h"
+#include "tls/tls_context.h"
 
 namespace redlock::detail {
 
@@ -72,6 +73,10 @@ class ClientImpl {
 
   ClientOptions options_;  // validated, then max_lock_ttl defaulted (by endpoints_'s initialiser)
   const std::vector<Endpoint> endpoints_;
+  // One OpenSSL context when any master is rediss:// (built, and its files checked, at
+  // construction); null for a plain fleet, which never touches OpenSSL. Outlives every
+  // Connection (their TlsSessions refer to it).
+  const std::unique_ptr<TlsContext> tls_;
   // Before everything that refers to it (every Connection and timer), so it is destroyed
   // after them; created only once the options proved valid.
   std::unique_ptr<EventLoop> loop_;

@@ -12,6 +12,11 @@
 // a command that timed out stays in the FIFO and its sink still gets the late reply, which
 // is how a late grant is seen (and why the release sent after it lands after it).
 //
+// A rediss:// master (ConnectionOptions::tls set) speaks TLS through a TlsSession
+// (lib/tls/tls_session.h, memory BIOs) between the socket and the parser; the glue is
+// lib/tls/tls_transport.cpp (the start_tls / on_tls_read / flush_tls members below). The
+// plain path does not go through it.
+//
 // Loop thread only.
 #pragma once
 
@@ -33,6 +38,9 @@ struct redisReply;
 
 namespace redlock::detail {
 
+class TlsContext;
+class TlsSession;
+
 // Receives the reply to one command, exactly once: `reply` non-null, or null with
 // `failure` saying why no reply will come (connection lost, closed, handshake failed).
 class ReplySink {
@@ -48,6 +56,9 @@ struct ConnectionOptions {
   Milliseconds reconnect_max{2000};
   Milliseconds stall_timeout{3000};
   std::string source_address;
+  // Non-null: this master is rediss://; every connection is TLS with this context (which
+  // outlives the Connection and keeps its sessions for resumption). Null: plain TCP.
+  TlsContext* tls = nullptr;
   // Built anew for every connection (SCRIPT LOAD, and the permission probe, whose key and
   // token are fresh each time). Commands queued meanwhile wait until every step answered;
   // if the steps leave ServerInfo::not_permitted set, they are failed, never sent.
@@ -92,6 +103,9 @@ class Connection {
   [[nodiscard]] const std::string& last_error() const noexcept { return last_error_; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] std::size_t outstanding() const noexcept { return pending_.size(); }
+  // Whether the current connection resumed a TLS session from its context's cache (an
+  // abbreviated handshake); false on plain masters and before the TLS handshake.
+  [[nodiscard]] bool tls_session_reused() const noexcept;
   // Valid once ready(); describes the server of the current connection.
   [[nodiscard]] const ServerInfo& server_info() const noexcept { return info_; }
 
@@ -137,7 +151,20 @@ class Connection {
   void connect();
   void start_tcp(const struct sockaddr* address);
   void on_connected(int status);
+  void start_handshake();  // our own handshake (AUTH, SELECT, INFO, CONFIG, steps_)
   void on_handshake_done();
+  // Writes `bytes` (moved into the write request when the socket does not take them at once).
+  void write_owned(std::string bytes);
+  // TLS glue (lib/tls/tls_transport.cpp); used only when options_.tls is set.
+  void start_tls();
+  [[nodiscard]] std::size_t tls_read_room(std::size_t capacity) const noexcept;
+  // `data` is the socket's read buffer (`capacity` bytes), reused for the plaintext.
+  void on_tls_read(char* data, std::size_t size, std::size_t capacity);
+  void on_tls_eof(char* buffer, std::size_t capacity);
+  bool drain_tls(char* buffer, std::size_t capacity);
+  void flush_tls();
+  // close(): what is left to say over TLS (queued commands, then a close_notify), encrypted.
+  [[nodiscard]] std::string tls_goodbye();
   void on_read(const char* data, std::size_t size);
   void deliver(Pending pending, const redisReply* reply);
   void fail(std::string reason);  // drop the socket, fail all pending, schedule reconnect
@@ -160,6 +187,8 @@ class Connection {
   // One per socket. Bytes are fed only while a command is outstanding (anything else is
   // refused at once), and one reply may hold at most ReplyLimits' bytes and elements.
   std::unique_ptr<ReplyReader> reader_;
+  // One per socket of a rediss:// master, made when TCP connects; null on plain masters.
+  std::unique_ptr<TlsSession> tls_;
   std::deque<Pending> pending_;
   std::size_t late_scan_ = 0;  // pending_[0, late_scan_) has been looked at by release_late_sinks()
   std::string out_;        // encoded commands not yet written

@@ -23,12 +23,14 @@ namespace redlock::detail {
 
 class EventLoop;
 class LockCommands;
+class TlsContext;
 
 class MasterSet {
  public:
-  // `options` must outlive the set (the ClientImpl's, with max_lock_ttl already defaulted).
+  // `options` must outlive the set (the ClientImpl's, with max_lock_ttl already defaulted);
+  // so must `tls` (null when no master is rediss://).
   MasterSet(EventLoop& loop, const ClientOptions& options, const std::vector<Endpoint>& endpoints,
-            const LockCommands& commands, const Diagnostics& diagnostics);
+            const LockCommands& commands, const Diagnostics& diagnostics, TlsContext* tls);
   MasterSet(const MasterSet&) = delete;
   MasterSet& operator=(const MasterSet&) = delete;
 
@@ -79,6 +81,7 @@ class MasterSet {
   const std::vector<Endpoint> endpoints_;
   const LockCommands& commands_;
   const Diagnostics& diagnostics_;
+  TlsContext* const tls_;
   const std::uint32_t size_;
   const std::uint32_t quorum_;
   std::vector<std::string> names_;
