@@ -35,7 +35,8 @@ Exit status (sysexits.h):
   0    success (run: the command's own exit status; 128+N if it was killed by signal N)
   64   EX_USAGE        bad arguments or configuration: unparseable duration, bad master URI,
                        no masters, unreadable or too open masters file, ...
-  69   EX_UNAVAILABLE  no quorum of masters answered in time (or another failure)
+  69   EX_UNAVAILABLE  no quorum of masters answered in time (or another failure);
+                       status: fewer than a quorum of masters can vote now
   70   EX_SOFTWARE     internal error;  71 EX_OSERR: run could not start the command
   73   EX_CANTCREAT    the lock is held by another owner (acquire, run)
   75   EX_TEMPFAIL     the lock was lost: extend refused, or (run) lost while the command

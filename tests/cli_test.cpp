@@ -1508,7 +1508,7 @@ TEST_F(CliTest, StatusUnderTheRestartGuardSaysWhenFreshMastersCountAndExits69) {
   EXPECT_NE(f.out.find("can grant: no"), std::string::npos) << f.out;
 }
 
-TEST_F(CliTest, StatusHelpAndReadmeDocumentIt) {
+TEST_F(CliTest, StatusHelpDocumentsIt) {
   Process process({"status", "--help"});
   const Finished f = process.wait();
   EXPECT_EQ(f.exit_code, 0) << describe(f);
