@@ -313,6 +313,33 @@ TEST(StatusTest, FreshMastersUnderTheRestartGuardAreCountedAfterAWhileAndCannotG
   }
 }
 
+// "counted after N s" counts down with the masters' age, and then they are counted.
+TEST(StatusTest, CountedAfterCountsDownAndThenTheFleetCanGrant) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.restart_guard = true;
+  options.ttl = 1s;
+  options.max_lock_ttl = 3s;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  std::this_thread::sleep_for(1500ms);
+  const FleetStatus waiting = client.status();
+  ASSERT_FALSE(waiting.can_grant) << describe(waiting);
+  for (const auto& m : waiting.masters) {
+    ASSERT_TRUE(m.counted_after.has_value()) << describe(waiting);
+    // Up at least 1.5 s, of which uptime's whole seconds may hide up to 1 s: at most 2.5 s left.
+    EXPECT_LE(m.counted_after->count(), 2500) << describe(waiting);
+    EXPECT_GT(m.counted_after->count(), 0);
+  }
+  EXPECT_TRUE(eventually([&] { return client.status().can_grant; }, 5s));
+  const FleetStatus counted = client.status();
+  for (const auto& m : counted.masters) {
+    EXPECT_TRUE(m.counted) << describe(counted);
+    EXPECT_FALSE(m.counted_after.has_value());
+    EXPECT_TRUE(m.not_counted_reason.empty());
+  }
+}
+
 TEST(StatusTest, NoPasswordInAnyField) {
   const std::string password = "s3cr3t-status-pw";
   RedisServerOptions protected_options;
