@@ -54,7 +54,7 @@ std::optional<Integer> number(std::string_view text) {
 std::string offset_text(microseconds value) {
   const long long ms = value.count() / 1000;
   const long long tenths = (std::llabs(value.count()) % 1000) / 100;
-  return (value.count() < 0 && ms == 0 ? "-" : "") + std::to_string(ms) + "." + std::to_string(tenths) + " ms";
+  return std::string(value.count() < 0 ? (ms == 0 ? "-" : "") : "+") + std::to_string(ms) + "." + std::to_string(tenths) + " ms";
 }
 
 }  // namespace

@@ -2,12 +2,16 @@
 // as a master, an evicting policy, a held resource, the restart guard, a password.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "clock_control.h"
 #include "test_util.h"
 
 namespace redlock::testing {
@@ -190,6 +194,32 @@ TEST(StatusTest, AStoppedMasterIsUnreachableAtOnce) {
   const FleetStatus status = client.status();
   EXPECT_FALSE(status.masters[1].error.empty());
   EXPECT_TRUE(status.can_grant);
+}
+
+// A master whose wall clock is 5 s ahead (the chaos clock shim): TIME says so, with the sign
+// of "server minus here", and it is warned about.
+TEST(StatusTest, AClockAheadOfThisHostIsMeasuredAndWarnedAbout) {
+  std::string dir = std::filesystem::temp_directory_path().string() + "/redlock-status-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  {
+    chaos::ClockControl clock(dir + "/clock");
+    RedisServerOptions shimmed;
+    shimmed.environment = clock.server_environment();
+    RedisServer ahead(shimmed);
+    RedisServerGroup others(2);
+    Client client(options_for({ahead.uri(), others.uris()[0], others.uris()[1]}));
+    ASSERT_TRUE(client.wait_connected(3, 5s));
+    clock.jump(5s);
+    const FleetStatus status = client.status();
+    const MasterReport& m = status.masters[0];
+    ASSERT_TRUE(m.clock_offset.has_value()) << describe(status);
+    EXPECT_LE(std::chrono::abs(*m.clock_offset - 5s), *m.clock_uncertainty + 1ms)
+        << m.clock_offset->count() << " +- " << m.clock_uncertainty->count() << " us";
+    EXPECT_TRUE(warned(m, "its clock is +")) << describe(status);
+    EXPECT_FALSE(warned(status.masters[1], "its clock")) << describe(status);
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 TEST(StatusTest, AReplicaListedAsAMasterIsWarnedAboutAndHasNoVote) {
