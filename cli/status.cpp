@@ -24,7 +24,7 @@ Json count_or_null(const std::optional<Duration>& value) {
   return value ? Json(value->count()) : Json(nullptr);
 }
 
-Json status_json(const redlock::FleetStatus& status, const std::string& resource, int code) {
+Json status_json(const redlock::FleetStatus& status, int code) {
   Json object;
   object["command"] = "status";
   object["can_grant"] = status.can_grant;
@@ -39,7 +39,7 @@ Json status_json(const redlock::FleetStatus& status, const std::string& resource
                               {"quorum_holder", or_null(r.quorum_holder)}, {"holders", r.holders},
                               {"summary", r.summary}};
   } else {
-    object["resource"] = resource.empty() ? Json(nullptr) : Json(resource);
+    object["resource"] = nullptr;
   }
   Json masters = Json::array();
   for (const auto& m : status.masters) {
@@ -158,7 +158,7 @@ int status_command(const Settings& settings, const Output& out) {
   const redlock::FleetStatus status = client.status(resource);
   const int code = status.can_grant ? kExitOk : kExitUnavailable;
   if (out.json()) {
-    Output::emit(stdout, status_json(status, settings.resource, code));
+    Output::emit(stdout, status_json(status, code));
   } else {
     print_table(status, resource.has_value());
   }
