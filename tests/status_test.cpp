@@ -5,6 +5,8 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
+#include <future>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -368,6 +370,45 @@ TEST(StatusTest, CountedAfterCountsDownAndThenTheFleetCanGrant) {
     EXPECT_FALSE(m.counted_after.has_value());
     EXPECT_TRUE(m.not_counted_reason.empty());
   }
+}
+
+TEST(StatusTest, AsyncStatusCallsBackOnTheLoopThreadWhereTheBlockingOneIsRefused) {
+  RedisServerGroup masters(3);
+  Client client(options_for(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  std::promise<std::pair<bool, bool>> answered;
+  client.status_async(std::string("job"), [&](FleetStatus status) {
+    bool refused = false;
+    try {
+      client.status();
+    } catch (const UsageError&) {
+      refused = true;
+    }
+    answered.set_value({status.can_grant, refused});
+  });
+  auto future = answered.get_future();
+  ASSERT_EQ(future.wait_for(10s), std::future_status::ready);
+  const auto [can_grant, refused] = future.get();
+  EXPECT_TRUE(can_grant);
+  EXPECT_TRUE(refused);
+}
+
+// A Client destroyed while a status query waits on a frozen master: the callback still
+// comes, exactly once, and nothing is left behind (asan, tsan).
+TEST(StatusTest, AClientDestroyedDuringAQueryCallsBackOnce) {
+  RedisServerGroup masters(3);
+  std::atomic<int> calls{0};
+  {
+    auto options = options_for(masters);
+    options.command_timeout = 5s;
+    Client client(options);
+    ASSERT_TRUE(client.wait_connected(3, 5s));
+    masters[0].freeze();
+    client.status_async(std::nullopt, [&](const FleetStatus&) { ++calls; });
+    std::this_thread::sleep_for(50ms);
+  }
+  masters[0].thaw();
+  EXPECT_EQ(calls.load(), 1);
 }
 
 TEST(StatusTest, NoPasswordInAnyField) {
