@@ -40,7 +40,8 @@ Exit status (sysexits.h):
   0    success (run: the command's own exit status; 128+N if it was killed by signal N)
   64   EX_USAGE        bad arguments or configuration: unparseable duration, bad master URI,
                        no masters, unreadable or too open masters file, ...
-  69   EX_UNAVAILABLE  no quorum of masters answered in time (or another failure)
+  69   EX_UNAVAILABLE  no quorum of masters answered in time (or another failure);
+                       status: fewer than a quorum of masters can vote now
   70   EX_SOFTWARE     internal error;  71 EX_OSERR: run could not start the command
   73   EX_CANTCREAT    the lock is held by another owner (acquire, run); -E N changes it
   75   EX_TEMPFAIL     the lock was lost: extend refused, or (run) lost while the command
@@ -347,6 +348,11 @@ void define_interface(CLI::App& app, Args& args) {
                   "After a loss: how long the command's process group has between SIGTERM and SIGKILL. Both come "
                   "before the lock's deadline, so at most about 2/3 of --ttl; 0 = SIGKILL at once (default ttl/10)")
       ->type_name("DURATION");
+
+  auto* status = app.add_subcommand(
+      "status", "Show each master (reachable, role, restart guard, persistence, eviction, clock) and, with "
+                "RESOURCE, who holds it; exit 0 when the masters can grant a lock now, 69 when not (cli/README.md)");
+  status->add_option("RESOURCE", args.resource, "Name of a lock to show the holders of");
 }
 
 void finish_parse(const CLI::App& app, Args& args) {
@@ -360,6 +366,8 @@ void finish_parse(const CLI::App& app, Args& args) {
     args.command = CommandKind::extend;
   } else if (name == "run") {
     args.command = CommandKind::run;
+  } else if (name == "status") {
+    args.command = CommandKind::status;
   } else {
     args.command = CommandKind::acquire;
   }
@@ -449,7 +457,9 @@ Settings resolve(const Args& args) {
     if (!args.retry_count_given) settings.acquire.retry_count = -1;
   }
 
-  if (settings.resource.empty()) throw UsageError("the resource name is empty");
+  if (settings.resource.empty() && settings.command != CommandKind::status) {
+    throw UsageError("the resource name is empty");
+  }
   if (settings.resource.size() > redlock::kMaxResourceSize) {
     throw UsageError("the resource name is " + std::to_string(settings.resource.size()) +
                      " bytes, more than the maximum " + std::to_string(redlock::kMaxResourceSize));

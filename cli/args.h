@@ -27,7 +27,7 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class CommandKind { acquire, release, extend, run };
+enum class CommandKind { acquire, release, extend, run, status };
 
 // The raw command line, as CLI11 fills it in.
 struct Args {

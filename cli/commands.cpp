@@ -196,6 +196,7 @@ int dispatch(Settings settings) {
     case CommandKind::release: return release_command(settings, out);
     case CommandKind::extend: return extend_command(settings, out);
     case CommandKind::run: return run_command(settings, out);
+    case CommandKind::status: return status_command(settings, out);
   }
   return kExitSoftware;
 }

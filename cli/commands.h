@@ -19,7 +19,8 @@ int dispatch(Settings settings);
 int acquire_command(const Settings& settings, const Output& out);
 int release_command(const Settings& settings, const Output& out);
 int extend_command(const Settings& settings, const Output& out);
-int run_command(const Settings& settings, const Output& out);  // run.cpp
+int run_command(const Settings& settings, const Output& out);     // run.cpp
+int status_command(const Settings& settings, const Output& out);  // status.cpp
 
 // Gives the connections a moment to come up before the first round (they connect in the
 // background): waits until a quorum is connected, or the connect timeout passes. For a fenced

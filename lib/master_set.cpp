@@ -76,9 +76,21 @@ std::optional<std::string> MasterSet::not_permitted(std::uint32_t index, bool fe
   return std::nullopt;
 }
 
-std::optional<std::string> MasterSet::not_counted(std::uint32_t index, bool fenced) const {
+bool MasterSet::ready(std::uint32_t index) const noexcept {
+  return index < connections_.size() && connections_[index]->ready();
+}
+
+const ServerInfo& MasterSet::server_info(std::uint32_t index) const noexcept {
   static const ServerInfo kNoInfo{};
-  const ServerInfo& info = index < connections_.size() ? connections_[index]->server_info() : kNoInfo;
+  return index < connections_.size() ? connections_[index]->server_info() : kNoInfo;
+}
+
+std::optional<std::uint64_t> MasterSet::counted_in_ns(std::uint32_t index) const {
+  return guard_.counted_in_ns(index, server_info(index));
+}
+
+std::optional<std::string> MasterSet::not_counted(std::uint32_t index, bool fenced) const {
+  const ServerInfo& info = server_info(index);
   if (auto why = guard_.not_counted(index, info)) return why;
   if (fenced && !catch_up_.ready(index)) return std::string("fencing counter not caught up since this master (re)started");
   return std::nullopt;

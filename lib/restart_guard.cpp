@@ -66,6 +66,15 @@ std::optional<std::string> RestartGuard::not_counted(std::uint32_t index, const 
   return std::nullopt;
 }
 
+std::optional<std::uint64_t> RestartGuard::counted_in_ns(std::uint32_t index, const ServerInfo& info) const {
+  if (!enabled_ || info.run_id.empty()) return std::nullopt;
+  const Incarnation& master = masters_[index];
+  const std::uint64_t now = now_ns();
+  const std::uint64_t up_ns = now > master.started_ns ? now - master.started_ns : 0;
+  if (master.counted_at_once || up_ns > guard_ns_) return std::nullopt;
+  return guard_ns_ - up_ns + 1;  // not_counted() counts once up strictly longer than guard_ns_
+}
+
 std::optional<std::string> RestartGuard::counted_because(std::uint32_t index) const {
   const Incarnation& master = masters_[index];
   if (!enabled_ || !master.counted_at_once) return std::nullopt;

@@ -1691,4 +1691,138 @@ TEST_F(CliSecretsTest, MastersRefusingThePasswordExit77WithoutRetrying) {
   EXPECT_EQ(nlohmann::json::parse(two.out).at("attempts"), 1) << two.out;
 }
 
+// ---------------------------------------------------------------------------------------
+// redlock status [RESOURCE]: the table, --json with every field, exit 0 / 69.
+
+// Every field a status row has in --json, null or not.
+const std::vector<std::string> kStatusRowFields = {
+    "endpoint", "reachable", "error", "connected_before", "rtt_us", "role", "replica_of", "role_error", "uptime_s",
+    "counted", "counted_after_ms", "not_counted_reason", "counted_because", "appendonly", "appendfsync", "durable",
+    "maxmemory_policy", "clock_offset_us", "clock_uncertainty_us", "not_permitted", "fence_not_permitted",
+    "can_vote", "holder", "holder_is_token", "pttl_ms", "resource_error", "warnings"};
+
+void expect_every_status_field(const nlohmann::json& object) {
+  for (const char* field : {"command", "can_grant", "exit_code", "size", "quorum", "voters", "reason", "resource",
+                            "masters"}) {
+    EXPECT_TRUE(object.contains(field)) << field << " in " << object.dump();
+  }
+  for (const auto& row : object["masters"]) {
+    for (const auto& field : kStatusRowFields) EXPECT_TRUE(row.contains(field)) << field << " in " << row.dump();
+  }
+}
+
+TEST_F(CliTest, StatusOfAHealthyFleetExits0AndShowsEveryMaster) {
+  const Finished f = redlock({"status"});
+  ASSERT_EQ(f.exit_code, 0) << describe(f);
+  for (const auto& uri : masters_.uris()) {
+    EXPECT_NE(f.out.find(uri.substr(8) + " "), std::string::npos) << uri << "\n" << f.out;
+  }
+  EXPECT_NE(f.out.find("can grant: yes (3 of 3 masters can vote, 2 needed)"), std::string::npos) << f.out;
+  EXPECT_NE(f.out.find("master "), std::string::npos) << f.out;
+  EXPECT_NE(f.out.find("noeviction"), std::string::npos) << f.out;
+
+  const Finished json = redlock({"--json", "status"});
+  ASSERT_EQ(json.exit_code, 0) << describe(json);
+  const auto object = nlohmann::json::parse(json.out);
+  expect_every_status_field(object);
+  EXPECT_EQ(object["command"], "status");
+  EXPECT_EQ(object["can_grant"], true);
+  EXPECT_EQ(object["exit_code"], 0);
+  EXPECT_TRUE(object["resource"].is_null());
+  ASSERT_EQ(object["masters"].size(), 3u);
+  for (const auto& row : object["masters"]) {
+    EXPECT_EQ(row["reachable"], true);
+    EXPECT_EQ(row["role"], "master");
+    EXPECT_TRUE(row["uptime_s"].is_number());
+    EXPECT_EQ(row["appendonly"], "no");
+    EXPECT_TRUE(row["holder"].is_null());
+  }
+}
+
+TEST_F(CliTest, StatusWithTwoFrozenMastersExits69AndSaysWhy) {
+  masters_[1].freeze();
+  masters_[2].freeze();
+  const Finished f = redlock({"--command-timeout", "200ms", "status"});
+  const Finished json = redlock({"--command-timeout", "200ms", "--json", "status"});
+  masters_[1].thaw();
+  masters_[2].thaw();
+  EXPECT_EQ(f.exit_code, 69) << describe(f);
+  EXPECT_NE(f.out.find("can grant: no: only 1 of 3 masters can vote now, 2 needed"), std::string::npos) << f.out;
+  EXPECT_NE(f.out.find("unreachable"), std::string::npos) << f.out;
+  ASSERT_EQ(json.exit_code, 69) << describe(json);
+  const auto object = nlohmann::json::parse(json.out);
+  expect_every_status_field(object);
+  EXPECT_EQ(object["can_grant"], false);
+  EXPECT_EQ(object["exit_code"], 69);
+  EXPECT_EQ(object["masters"][0]["reachable"], true);
+  EXPECT_EQ(object["masters"][1]["reachable"], false);
+  EXPECT_TRUE(object["masters"][1]["rtt_us"].is_null());
+  // The tool waits one connect timeout for every handshake first: by then the frozen masters'
+  // connections have timed out (and are in backoff), else the status round times out on them.
+  const std::string error = object["masters"][1]["error"].get<std::string>();
+  EXPECT_TRUE(error.find("connect timed out") != std::string::npos ||
+              error.find("no reply within the 200 ms") != std::string::npos)
+      << object.dump();
+}
+
+TEST_F(CliTest, StatusOfAHeldResourceShowsTheTokenPrefixNotTheToken) {
+  const std::string token = acquire_token("job");
+  ASSERT_TRUE(std::regex_match(token, kToken));
+  ASSERT_TRUE(eventually([&] { return masters_holding("redlock:job") == 3; }));
+  const Finished f = redlock({"status", "job"});
+  ASSERT_EQ(f.exit_code, 0) << describe(f);
+  EXPECT_NE(f.out.find("resource 'job': held by token " + token.substr(0, 8) + "... on 3 of 3 masters (a quorum)"),
+            std::string::npos)
+      << f.out;
+  EXPECT_EQ(f.out.find(token), std::string::npos) << f.out;
+  const Finished json = redlock({"--json", "status", "job"});
+  ASSERT_EQ(json.exit_code, 0) << describe(json);
+  EXPECT_EQ(json.out.find(token), std::string::npos) << json.out;
+  const auto object = nlohmann::json::parse(json.out);
+  expect_every_status_field(object);
+  EXPECT_EQ(object["resource"]["quorum_holder"], token.substr(0, 8));
+  for (const auto& row : object["masters"]) {
+    EXPECT_EQ(row["holder"], token.substr(0, 8));
+    EXPECT_GT(row["pttl_ms"].get<long long>(), 0);
+  }
+}
+
+TEST_F(CliTest, StatusUnderTheRestartGuardSaysWhenFreshMastersCountAndExits69) {
+  std::vector<std::string> args;
+  for (const auto& uri : masters_.uris()) {
+    args.emplace_back("-m");
+    args.push_back(uri);
+  }
+  args.insert(args.end(), {"--max-lock-ttl", "30s", "status"});
+  Process process(args);
+  const Finished f = process.wait();
+  EXPECT_EQ(f.exit_code, 69) << describe(f);
+  EXPECT_NE(f.out.find("counted after"), std::string::npos) << f.out;
+  EXPECT_NE(f.out.find("restart guard"), std::string::npos) << f.out;
+  EXPECT_NE(f.out.find("can grant: no"), std::string::npos) << f.out;
+}
+
+TEST_F(CliTest, StatusHelpDocumentsIt) {
+  Process process({"status", "--help"});
+  const Finished f = process.wait();
+  EXPECT_EQ(f.exit_code, 0) << describe(f);
+  EXPECT_NE(f.out.find("RESOURCE"), std::string::npos) << f.out;
+  EXPECT_NE(f.out.find("69"), std::string::npos) << f.out;
+}
+
+TEST_F(CliSecretsTest, StatusPrintsNoPassword) {
+  const std::string pw = kPassword;
+  const auto good = uris(":" + pw);
+  auto mixed = uris(":" + pw);
+  mixed[2] = uris(std::string(":") + kWrongPassword)[2];
+  EXPECT_EQ(run_and_check("status", args_for(good, {"status", "job"})).exit_code, 0);
+  EXPECT_EQ(run_and_check("status --json", args_for(good, {"--json", "status", "job"})).exit_code, 0);
+  EXPECT_EQ(run_and_check("status, one wrong password", args_for(mixed, {"status"})).exit_code, 0);
+  EXPECT_EQ(run_and_check("status --json, one wrong password", args_for(mixed, {"--json", "status"})).exit_code, 0);
+  EXPECT_EQ(run_and_check("status from the environment", {"--no-restart-guard", "status"},
+                          {"REDLOCK_MASTERS=" + joined(good)})
+                .exit_code,
+            0);
+}
+
 }  // namespace

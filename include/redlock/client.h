@@ -18,12 +18,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "redlock/options.h"
 #include "redlock/result.h"
+#include "redlock/status.h"
 
 namespace redlock {
 
@@ -33,6 +35,7 @@ class ClientImpl;
 
 using Callback = std::function<void(Result)>;
 using OperationId = std::uint64_t;
+using StatusCallback = std::function<void(FleetStatus)>;
 
 class Client {
  public:
@@ -84,6 +87,14 @@ class Client {
   // another token, and never recreate it). lost() stays false: the Client does not know
   // which masters granted it.
   [[nodiscard]] Lock adopt(std::string_view resource, std::string_view token, std::uint64_t fence = 0) const;
+
+  // --- status: one round of read-only commands to every master (redlock/status.h), bounded
+  // by command_timeout; a frozen master is reported unreachable, never waited for. With a
+  // `resource`, also who holds its key on each master. Changes no key. Throws UsageError
+  // naming a bad resource name. status_async never blocks and calls `done` exactly once on
+  // the loop thread; status blocks (not on the loop thread: UsageError there).
+  void status_async(std::optional<std::string> resource, StatusCallback done);
+  FleetStatus status(std::optional<std::string> resource = std::nullopt);
 
   // Blocks until at least `count` masters are connected (and authenticated), or `timeout`
   // passes. (A master's fencing votes count a little later, once its counter is caught up:

@@ -8,3 +8,4 @@
 #include "redlock/mutex.h"
 #include "redlock/options.h"
 #include "redlock/result.h"
+#include "redlock/status.h"

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -39,6 +40,9 @@ class ClientImpl {
   void cancel_soon(OperationId id);  // posts cancel() to the loop
   Result wait_for(const std::function<void(Callback)>& start);
   bool wait_connected(std::size_t count, Milliseconds timeout);
+  // Client::status (lib/status.cpp): throws UsageError for a bad resource name.
+  void status_async(std::optional<std::string> resource, StatusCallback done);
+  FleetStatus status(std::optional<std::string> resource);
   [[nodiscard]] Lock adopt(std::string_view resource, std::string_view token, std::uint64_t fence) const;
 
   // On the loop thread, inside one of this Client's callbacks.

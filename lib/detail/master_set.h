@@ -55,6 +55,13 @@ class MasterSet {
   [[nodiscard]] std::optional<std::string> not_permitted(std::uint32_t index, bool fenced) const;
   // Why master `index`'s grant is not a vote now (restart guard; fenced: the catch-up too).
   [[nodiscard]] std::optional<std::string> not_counted(std::uint32_t index, bool fenced) const;
+  // Restart guard: how long until master `index`'s grants count, when only its age keeps
+  // them from counting now (for `redlock status`).
+  [[nodiscard]] std::optional<std::uint64_t> counted_in_ns(std::uint32_t index) const;
+  // Master `index`'s connection has completed its handshake.
+  [[nodiscard]] bool ready(std::uint32_t index) const noexcept;
+  // What master `index`'s last completed handshake learned (empty before the first).
+  [[nodiscard]] const ServerInfo& server_info(std::uint32_t index) const noexcept;
   // Which rule counted a grant the age rule alone would not have, if any (for the row).
   [[nodiscard]] std::optional<std::string> counted_because(std::uint32_t index) const {
     return guard_.counted_because(index);

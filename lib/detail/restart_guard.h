@@ -47,6 +47,9 @@ class RestartGuard {
 
   // Why master `index`'s grant is not a vote now (`info`: its connection's), if it is not.
   [[nodiscard]] std::optional<std::string> not_counted(std::uint32_t index, const ServerInfo& info) const;
+  // When not_counted() says no only because of the age rule: how long until it will say
+  // yes (nanoseconds, > 0). nullopt when counted now, or not counted for another reason.
+  [[nodiscard]] std::optional<std::uint64_t> counted_in_ns(std::uint32_t index, const ServerInfo& info) const;
   // Which rule counted a grant the age rule alone would not have (a durable master), if any.
   [[nodiscard]] std::optional<std::string> counted_because(std::uint32_t index) const;
   // Two configured masters that reach one server (the same run_id).
