@@ -23,6 +23,7 @@ std::string command_name(CommandKind kind) {
     case CommandKind::release: return "release";
     case CommandKind::extend: return "extend";
     case CommandKind::run: return "run";
+    case CommandKind::status: return "status";
   }
   return {};
 }
