@@ -88,22 +88,25 @@ void check_parsed(const Endpoint& ep) {
   FUZZ_CHECK(!ep.host.empty(), "parsed without a host");
   FUZZ_CHECK(ep.port >= 1, "parsed port 0");
   FUZZ_CHECK(ep.db >= 0, "parsed a negative db");
-  // "host:port" or "host:port/db" (an IPv6 host in brackets), as documented: made of the
-  // host and two numbers only, so no password can be in it but as part of the host.
+  // "host:port" or "host:port/db" (an IPv6 host in brackets), with "rediss://" before it for
+  // a TLS master, as documented: made of the host and two numbers only, so no password can be
+  // in it but as part of the host.
   const std::string display = ep.display();
+  const std::string scheme = ep.tls ? "rediss://" : "";
   const std::string numbers = ":" + std::to_string(ep.port) + (ep.db != 0 ? "/" + std::to_string(ep.db) : "");
-  FUZZ_CHECK(display == ep.host + numbers || display == "[" + ep.host + "]" + numbers,
-             "display() is not host:port[/db]");
+  FUZZ_CHECK(display == scheme + ep.host + numbers || display == scheme + "[" + ep.host + "]" + numbers,
+             "display() is not [rediss://]host:port[/db]");
   // Where meaningful: parse takes "redis://[[x]" as host "[x", which no name or address
   // starts with and which display() cannot show in a form that parses (see README).
   if (ep.host.front() == '[' && !contains(ep.host, ":")) return;
   Endpoint again;
   try {
-    again = Endpoint::parse("redis://" + display);
+    again = Endpoint::parse(ep.tls ? display : "redis://" + display);
   } catch (const ConfigError&) {
     FUZZ_CHECK(false, "display() of a parsed endpoint does not parse");
   }
-  FUZZ_CHECK(again.host == ep.host && again.port == ep.port && again.db == ep.db, "parse(display()) differs");
+  FUZZ_CHECK(again.host == ep.host && again.port == ep.port && again.db == ep.db && again.tls == ep.tls,
+             "parse(display()) differs");
   FUZZ_CHECK(again.user.empty() && again.password.empty(), "display() carries credentials");
   FUZZ_CHECK(again.display() == display, "display() is not stable");
 }
