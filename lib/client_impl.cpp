@@ -55,10 +55,10 @@ ClientImpl::ClientImpl(ClientOptions options)
     : options_(std::move(options)),
       endpoints_(prepare(options_)),
       tls_(make_tls_context(options_, endpoints_)),
-      loop_(std::make_unique<EventLoop>(options_.loop)),
       clock_(options_.clock ? options_.clock : std::make_shared<SteadyClock>()),
       diagnostics_(endpoints_, options_.on_warning),
       commands_(options_.key_prefix, options_.fence_key),
+      loop_(std::make_unique<EventLoop>(options_.loop)),
       masters_(*loop_, options_, endpoints_, commands_, diagnostics_, tls_.get()),
       round_context_{*loop_, masters_, commands_, diagnostics_, *clock_, options_.command_timeout} {
   // Connections are created on the loop thread: they register with the loop, which is

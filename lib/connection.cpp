@@ -397,8 +397,19 @@ void Connection::flush() {
     flush_tls();
     return;
   }
+  write_bytes(out_);
+}
+
+void Connection::write_owned(std::string bytes) {
+  if (bytes.empty() || socket_ == nullptr) return;
+  write_bytes(bytes);
+}
+
+// Writes what the socket takes now; the rest goes in a write request of its own (copied, so
+// `bytes` keeps its capacity for the next iteration: out_ is reused without allocating).
+void Connection::write_bytes(std::string& bytes) {
   auto* stream = reinterpret_cast<uv_stream_t*>(&socket_->tcp);
-  uv_buf_t buf = uv_buf_init(out_.data(), static_cast<unsigned>(out_.size()));
+  uv_buf_t buf = uv_buf_init(bytes.data(), static_cast<unsigned>(bytes.size()));
   int written = uv_try_write(stream, &buf, 1);
   if (written == UV_EAGAIN) written = 0;  // socket full, or an earlier write still queued
   if (written < 0) {
@@ -406,42 +417,13 @@ void Connection::flush() {
     return;
   }
   const auto done = static_cast<std::size_t>(written);
-  if (done == out_.size()) {
-    out_.clear();
+  if (done == bytes.size()) {
+    bytes.clear();
     return;
   }
   auto request = std::make_unique<WriteRequest>();
-  request->data.assign(out_, done);
-  out_.clear();
-  buf = uv_buf_init(request->data.data(), static_cast<unsigned>(request->data.size()));
-  const int rc = uv_write(&request->req, stream, &buf, 1, [](uv_write_t* req, int status) {
-    const std::unique_ptr<WriteRequest> owned(reinterpret_cast<WriteRequest*>(req));
-    auto* socket = static_cast<Socket*>(req->handle->data);
-    if (status < 0 && status != UV_ECANCELED && socket->owner != nullptr) {
-      socket->owner->fail(uv_error("write", status));
-    }
-  });
-  if (rc < 0) {
-    fail(uv_error("write", rc));
-    return;
-  }
-  request.release();  // the callback frees it
-}
-
-void Connection::write_owned(std::string bytes) {
-  if (bytes.empty() || socket_ == nullptr) return;
-  auto* stream = reinterpret_cast<uv_stream_t*>(&socket_->tcp);
-  uv_buf_t buf = uv_buf_init(bytes.data(), static_cast<unsigned>(bytes.size()));
-  int written = uv_try_write(stream, &buf, 1);
-  if (written == UV_EAGAIN) written = 0;
-  if (written < 0) {
-    fail(uv_error("write", written));
-    return;
-  }
-  if (static_cast<std::size_t>(written) == bytes.size()) return;
-  auto request = std::make_unique<WriteRequest>();
-  request->data = std::move(bytes);
-  request->data.erase(0, static_cast<std::size_t>(written));
+  request->data.assign(bytes, done);
+  bytes.clear();
   buf = uv_buf_init(request->data.data(), static_cast<unsigned>(request->data.size()));
   const int rc = uv_write(&request->req, stream, &buf, 1, [](uv_write_t* req, int status) {
     const std::unique_ptr<WriteRequest> owned(reinterpret_cast<WriteRequest*>(req));

@@ -18,6 +18,8 @@
 
 #include <string>
 
+#include "support/redis_server.h"
+
 namespace redlock::support {
 
 struct TestCertificate {
@@ -57,5 +59,20 @@ class TestPki {
   TestCertificate unknown_ca_server_;
   TestCertificate unknown_ca_client_;
 };
+
+// A TLS-only redis-server presenting `cert`, trusting the PKI's CA; `auth_clients` is
+// tls-auth-clients ("no", "yes", "optional"). The starter's own connections (readiness,
+// command()) present the PKI's good client certificate.
+inline RedisServerOptions tls_server_options(const TestPki& pki, const TestCertificate& cert,
+                                             const std::string& auth_clients = "no") {
+  RedisServerOptions options;
+  options.tls.cert_file = cert.cert_file;
+  options.tls.key_file = cert.key_file;
+  options.tls.ca_cert_file = pki.ca_file();
+  options.tls.auth_clients = auth_clients;
+  options.tls.client_cert_file = pki.client().cert_file;
+  options.tls.client_key_file = pki.client().key_file;
+  return options;
+}
 
 }  // namespace redlock::support

@@ -50,15 +50,7 @@ class TlsClientTest : public ::testing::Test {
   }
 
   static RedisServerOptions tls_server(const TestCertificate& cert, const std::string& auth_clients = "no") {
-    RedisServerOptions options;
-    options.tls.cert_file = cert.cert_file;
-    options.tls.key_file = cert.key_file;
-    options.tls.ca_cert_file = pki_->ca_file();
-    options.tls.auth_clients = auth_clients;
-    // The helper's own connections present the good client certificate.
-    options.tls.client_cert_file = pki_->client().cert_file;
-    options.tls.client_key_file = pki_->client().key_file;
-    return options;
+    return redlock::support::tls_server_options(*pki_, cert, auth_clients);
   }
 
   // Test options (no retries, no restart guard: test_util) trusting the test CA.

@@ -81,12 +81,13 @@ class ClientImpl {
   // construction); null for a plain fleet, which never touches OpenSSL. Outlives every
   // Connection (their TlsSessions refer to it).
   const std::unique_ptr<TlsContext> tls_;
-  // Before everything that refers to it (every Connection and timer), so it is destroyed
-  // after them; created only once the options proved valid.
-  std::unique_ptr<EventLoop> loop_;
   std::shared_ptr<const Clock> clock_;  // the validity clock
   Diagnostics diagnostics_;
-  LockCommands commands_;
+  LockCommands commands_;  // computes the scripts' SHA1s: may throw, so before the loop exists
+  // Before everything that refers to it (every Connection and timer), so it is destroyed
+  // after them; created only once everything that may throw is built (a loop thread that
+  // started would never be told to close, and ~EventLoop would wait for it forever).
+  std::unique_ptr<EventLoop> loop_;
   MasterSet masters_;
   RoundContext round_context_;
   std::atomic<OperationId> next_id_{1};

@@ -155,6 +155,7 @@ class Connection {
   void on_handshake_done();
   // Writes `bytes` (moved into the write request when the socket does not take them at once).
   void write_owned(std::string bytes);
+  void write_bytes(std::string& bytes);  // the one write path: flush() and write_owned()
   // TLS glue (lib/tls/tls_transport.cpp); used only when options_.tls is set.
   void start_tls();
   [[nodiscard]] std::size_t tls_read_room(std::size_t capacity) const noexcept;
