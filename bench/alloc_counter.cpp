@@ -1,34 +1,43 @@
 // SPDX-License-Identifier: Apache-2.0
-// Replacement global operator new/delete that counts calls. See alloc_counter.h.
+// Counting malloc and friends, process-wide, by defining them in the executable and
+// forwarding to glibc's own entry points. See alloc_counter.h.
 #include "alloc_counter.h"
 
-#include <atomic>
+#include <cerrno>
+#include <cstddef>
 #include <cstdlib>
-#include <new>
+
+#include <atomic>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#error "alloc_counter.cpp replaces malloc; sanitizers replace it too. Build the benchmarks without sanitizers."
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#error "alloc_counter.cpp replaces malloc; sanitizers replace it too. Build the benchmarks without sanitizers."
+#endif
+#endif
+
+// glibc's allocator under its own names (exported by libc.so.6 for exactly this use).
+extern "C" {
+void* __libc_malloc(std::size_t size) noexcept;
+void* __libc_calloc(std::size_t count, std::size_t size) noexcept;
+void* __libc_realloc(void* pointer, std::size_t size) noexcept;
+void* __libc_memalign(std::size_t alignment, std::size_t size) noexcept;
+void* __libc_valloc(std::size_t size) noexcept;
+void* __libc_pvalloc(std::size_t size) noexcept;
+}
 
 namespace {
 
-std::atomic<std::uint64_t> g_calls{0};
-std::atomic<std::uint64_t> g_bytes{0};
+// Zero-initialised before any code runs (constinit): malloc may be called before main and
+// before any constructor of this file.
+constinit std::atomic<std::uint64_t> g_calls{0};
+constinit std::atomic<std::uint64_t> g_bytes{0};
 
-void* counted_alloc(std::size_t size) {
+void count(std::size_t bytes) noexcept {
   g_calls.fetch_add(1, std::memory_order_relaxed);
-  g_bytes.fetch_add(size, std::memory_order_relaxed);
-  return std::malloc(size == 0 ? 1 : size);
-}
-
-void* counted_aligned_alloc(std::size_t size, std::align_val_t align) {
-  g_calls.fetch_add(1, std::memory_order_relaxed);
-  g_bytes.fetch_add(size, std::memory_order_relaxed);
-  const auto alignment = static_cast<std::size_t>(align);
-  // aligned_alloc wants a size that is a multiple of the alignment.
-  const std::size_t rounded = ((size == 0 ? 1 : size) + alignment - 1) / alignment * alignment;
-  return std::aligned_alloc(alignment, rounded);
-}
-
-void* or_throw(void* p) {
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
+  g_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -41,30 +50,65 @@ AllocCount alloc_count() noexcept {
 
 }  // namespace bench
 
-void* operator new(std::size_t size) { return or_throw(counted_alloc(size)); }
-void* operator new[](std::size_t size) { return or_throw(counted_alloc(size)); }
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return counted_alloc(size); }
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return counted_alloc(size); }
-void* operator new(std::size_t size, std::align_val_t align) { return or_throw(counted_aligned_alloc(size, align)); }
-void* operator new[](std::size_t size, std::align_val_t align) {
-  return or_throw(counted_aligned_alloc(size, align));
-}
-void* operator new(std::size_t size, std::align_val_t align, const std::nothrow_t&) noexcept {
-  return counted_aligned_alloc(size, align);
-}
-void* operator new[](std::size_t size, std::align_val_t align, const std::nothrow_t&) noexcept {
-  return counted_aligned_alloc(size, align);
+// Default visibility: shared libraries (libstdc++, hiredis, libuv, libc) must bind to these.
+#define BENCH_EXPORT extern "C" __attribute__((visibility("default")))
+
+BENCH_EXPORT void* malloc(std::size_t size) noexcept {
+  count(size);
+  return __libc_malloc(size);
 }
 
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+BENCH_EXPORT void* calloc(std::size_t count_of, std::size_t size) noexcept {
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(count_of, size, &bytes)) bytes = SIZE_MAX;  // glibc refuses it; still a call
+  count(bytes);
+  return __libc_calloc(count_of, size);
+}
+
+BENCH_EXPORT void* realloc(void* pointer, std::size_t size) noexcept {
+  if (pointer == nullptr || size != 0) count(size);  // realloc(p, 0) frees
+  return __libc_realloc(pointer, size);
+}
+
+// glibc's own reallocarray calls its realloc internally, not through the symbol: wrapped so
+// that its calls are counted (once, by the realloc below).
+BENCH_EXPORT void* reallocarray(void* pointer, std::size_t count_of, std::size_t size) noexcept {
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(count_of, size, &bytes)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return realloc(pointer, bytes);
+}
+
+BENCH_EXPORT void* memalign(std::size_t alignment, std::size_t size) noexcept {
+  count(size);
+  return __libc_memalign(alignment, size);
+}
+
+BENCH_EXPORT void* aligned_alloc(std::size_t alignment, std::size_t size) noexcept {
+  count(size);
+  return __libc_memalign(alignment, size);  // glibc's aligned_alloc is the same function
+}
+
+BENCH_EXPORT int posix_memalign(void** out, std::size_t alignment, std::size_t size) noexcept {
+  // What glibc checks: a power of two that is a multiple of sizeof(void*).
+  if (alignment % sizeof(void*) != 0 || (alignment & (alignment - 1)) != 0 || alignment == 0) return EINVAL;
+  count(size);
+  const int saved = errno;  // posix_memalign reports through its result, never errno
+  void* memory = __libc_memalign(alignment, size);
+  errno = saved;
+  if (memory == nullptr) return ENOMEM;
+  *out = memory;
+  return 0;
+}
+
+BENCH_EXPORT void* valloc(std::size_t size) noexcept {
+  count(size);
+  return __libc_valloc(size);
+}
+
+BENCH_EXPORT void* pvalloc(std::size_t size) noexcept {
+  count(size);
+  return __libc_pvalloc(size);
+}

@@ -4,15 +4,18 @@
 // Starts its own redis-servers on free loopback ports, then, once per repetition:
 // acquire latency and cycle rate for N = 1 (the floor), 3, 5, 7 with parallel fan-out and
 // with sequential fan-out, redis-benchmark's own -c 1 floor, throughput with K locks in
-// flight next to the masters' pipelined ceiling, one frozen master of five, and the
-// client's CPU and allocations per cycle; finally RSS with many locks held. Writes
+// flight against the masters' CPU ceiling, one frozen master of five, the client's CPU and
+// allocations per cycle, reconnects, and single node vs quorum across simulated zones (a
+// delaying proxy in front of each master); first, RSS with many locks held. Writes
 // results.jsonl, table.txt and plots to --out. Figures are informational: the exit code is 0
 // whenever the run completed, whatever the targets say.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -29,7 +32,7 @@ void usage(std::FILE* to) {
       "  --out DIR    where results.jsonl, table.txt and the plots go (default bench-results)\n"
       "  --reps R     repetitions of every measurement; the table shows the median [min..max]\n"
       "               (default 3)\n"
-      "  --quick      fewer samples and shorter windows: a smoke run in well under 30 s\n"
+      "  --quick      fewer samples and shorter windows: a smoke run (under a minute on a quiet machine)\n"
       "  --pin        this process (client + its loop threads) on CPU 0, the redis-servers on\n"
       "               CPU 1 (needs 2 CPUs); redis-benchmark runs inherit CPU 0\n"
       "  --no-plots   skip gnuplot (data files and plots.gp are still written)\n"
@@ -86,6 +89,8 @@ Config parse(int argc, char** argv) {
     c.ceiling_requests = 40'000;
     c.floor_requests = 5'000;
     c.hold_locks = 20'000;
+    c.reconnect_samples = 15;
+    c.zone_samples = 20;
   } else {
     c.throughput_ns = {1, 3, 5, 7};
     c.latency_samples = 2000;
@@ -95,7 +100,10 @@ Config parse(int argc, char** argv) {
     c.ceiling_requests = 100'000;
     c.floor_requests = 20'000;
     c.hold_locks = 100'000;
+    c.reconnect_samples = 40;
+    c.zone_samples = 150;
   }
+  c.tls_ns = {1, 5};
   return c;
 }
 
@@ -106,6 +114,14 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 std::vector<std::string> Run::uris(std::size_t n) const {
   std::vector<std::string> out;
   for (std::size_t i = 0; i < n && i < masters.size(); ++i) out.push_back(masters[i]->uri());
+  return out;
+}
+
+std::vector<std::string> Run::tls_uris(std::size_t n) const {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < n && i < masters.size() && i < tls_ports.size(); ++i) {
+    out.push_back("rediss://" + masters[i]->host() + ":" + std::to_string(tls_ports[i]));
+  }
   return out;
 }
 
@@ -159,16 +175,28 @@ int main(int argc, char** argv) {
     const std::size_t max_n = 7;
     std::fprintf(stderr, "redlock_compare: starting %zu redis-servers on 127.0.0.1 (%s mode, %d reps)\n", max_n,
                  config.quick ? "quick" : "full", config.reps);
-    redlock::support::RedisServerOptions server_options;
-    server_options.bind = "127.0.0.1";
+    // A throw-away CA and server certificate (support/tls_certs.h: subjectAltName
+    // IP:127.0.0.1), so that every master also has a TLS port (issue 13's TLS rows).
+    run.pki = std::make_unique<redlock::support::TestPki>();
     for (std::size_t i = 0; i < max_n; ++i) {
+      redlock::support::RedisServerOptions server_options;
+      server_options.bind = "127.0.0.1";
+      const std::uint16_t tls_port = free_loopback_port();
+      if (tls_port == 0) throw std::runtime_error("no free loopback port for a TLS listener");
+      // Plain port as usual (the support helper's probe and command() use it), plus a TLS
+      // port on the same server: the TLS rows measure the transport, not another process.
+      server_options.extra_args = {"--tls-port", std::to_string(tls_port), "--tls-cert-file",
+                                   run.pki->server().cert_file, "--tls-key-file", run.pki->server().key_file,
+                                   "--tls-ca-cert-file", run.pki->ca_file(), "--tls-auth-clients", "no"};
       run.masters.push_back(std::make_unique<redlock::support::RedisServer>(server_options));
+      run.tls_ports.push_back(tls_port);
       if (pinned) {
         if (pin_process(run.masters.back()->pid(), 1) == 0) {
           run.note("--pin: could not pin redis-server pid " + std::to_string(run.masters.back()->pid()) + " to CPU 1");
         }
       }
     }
+    run.pinned = pinned;
     if (pinned) run.note("pinned: client process (all its threads) on CPU 0, every redis-server thread on CPU 1");
     const std::string server_path = find_executable("redis-server");
     run.redis_version = first_line(run_capture({server_path, "--version"}).first);
@@ -186,11 +214,14 @@ int main(int argc, char** argv) {
       const auto& ns = config.latency_ns;
       for (std::size_t j = 0; j < ns.size(); ++j) {
         const std::size_t n = ns[(j + static_cast<std::size_t>(rep)) % ns.size()];
+        const bool tls = std::find(config.tls_ns.begin(), config.tls_ns.end(), n) != config.tls_ns.end();
         if (rep % 2 == 0) {
           phase_latency_parallel(run, n, rep);
+          if (tls) phase_latency_parallel(run, n, rep, Transport::tls);
           if (n > 1) phase_latency_sequential(run, n, rep);
         } else {
           if (n > 1) phase_latency_sequential(run, n, rep);
+          if (tls) phase_latency_parallel(run, n, rep, Transport::tls);
           phase_latency_parallel(run, n, rep);
         }
       }
@@ -203,6 +234,10 @@ int main(int argc, char** argv) {
       flush_masters(run);
       phase_frozen(run, rep);
       phase_client_cost(run, rep);
+      flush_masters(run);
+      phase_reconnect(run, rep);
+      flush_masters(run);
+      phase_zones(run, rep);
       flush_masters(run);
     }
 
@@ -223,6 +258,7 @@ int main(int argc, char** argv) {
         {"argv", config.argv},
         {"latency_samples_per_rep", config.latency_samples},
         {"throughput_window_s", config.throughput_seconds},
+        {"zone_samples_per_rep", config.zone_samples},
         {"elapsed_s", elapsed},
         {"load_average_start", load_at_start},
         {"load_average_end", load_average()},

@@ -2,9 +2,12 @@
 // The measurements of redlock_compare. Each phase builds its own Client(s) on the masters
 // the run started, measures, and adds named figures (one value per repetition) plus one JSON
 // record. Public API only: redlock::Client and redlock::support::RedisServer.
+#include <sys/resource.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -23,6 +26,7 @@
 #include "alloc_counter.h"
 #include "compare.h"
 #include "redlock/redlock.h"
+#include "support/delay_proxy.h"
 
 namespace bench {
 namespace {
@@ -60,6 +64,14 @@ redlock::ClientOptions options_for(std::vector<std::string> uris) {
   return options;
 }
 
+// The first n masters over TLS (their rediss:// ports), verified against the run's CA: the
+// certificate names IP 127.0.0.1, so the default verification (chain and address) applies.
+redlock::ClientOptions tls_options_for(const Run& run, std::size_t n) {
+  auto options = options_for(run.tls_uris(n));
+  options.tls.ca_file = run.pki->ca_file();
+  return options;
+}
+
 std::unique_ptr<Client> connect(redlock::ClientOptions options) {
   const std::size_t n = options.masters.size();
   auto client = std::make_unique<Client>(std::move(options));
@@ -93,6 +105,18 @@ long long masters_run_ns(const Run& run, std::size_t n) {
     const long long ns = process_run_ns(run.masters[i]->pid());
     if (ns < 0) return -1;
     total += ns;
+  }
+  return total;
+}
+
+// The same, with the time their threads waited on a run queue (runnable, not running).
+SchedNs masters_sched_ns(const Run& run, std::size_t n) {
+  SchedNs total{0, 0};
+  for (std::size_t i = 0; i < n && i < run.masters.size(); ++i) {
+    const SchedNs one = process_sched_ns(run.masters[i]->pid());
+    if (one.run < 0) return {};
+    total.run += one.run;
+    total.wait += one.wait;
   }
   return total;
 }
@@ -296,17 +320,97 @@ int pump_id() {
   return next.fetch_add(1);
 }
 
+// Acquire latencies (µs, caller's clock) of `samples` sequential-model acquires over `uris`
+// (after `warmup` unmeasured ones), each on a fresh resource named prefix + i, each released
+// before the next. See phase_latency_sequential for the model.
+struct Sampled {
+  std::vector<double> acquire_us;
+  int failures = 0;
+  double seconds = 0;  // wall time of the measured cycles
+};
+
+Sampled sample_sequential(const std::vector<std::string>& uris, const std::string& prefix, int warmup, int samples) {
+  const std::size_t n = uris.size();
+  SharedLoop loop;
+  auto& clients = loop.clients;
+  loop.run([&] {
+    for (const auto& uri : uris) {
+      auto options = options_for({uri});
+      options.loop = loop.get();
+      clients.push_back(std::make_unique<Client>(std::move(options)));
+    }
+  });
+  for (auto& c : clients) {
+    if (!c->wait_connected(1, 5s)) throw std::runtime_error("sequential: could not connect within 5 s");
+  }
+  const std::size_t quorum = n / 2 + 1;
+  const auto drift = clients.front()->drift(kTtl);
+  const auto resources = names(prefix, warmup + samples);
+  Sampled out;
+  out.acquire_us.reserve(static_cast<std::size_t>(samples));
+  std::vector<std::optional<redlock::Lock>> held(n);
+
+  const auto chain = [&](bool acquiring, const std::string& resource) {
+    auto c = std::make_shared<SequentialChain>(clients, held, acquiring, resource);
+    auto future = c->done.get_future();
+    c->step(0);
+    return future.get();
+  };
+  const auto cycle = [&](const std::string& resource, bool measure) {
+    const auto t0 = SteadyClock::now();
+    const std::size_t granted = chain(true, resource);
+    const auto t1 = SteadyClock::now();
+    const auto validity = std::chrono::duration_cast<std::chrono::microseconds>(kTtl - (t1 - t0)) - drift;
+    const bool ok = granted >= quorum && validity.count() > 0;
+    if (measure) {
+      out.acquire_us.push_back(micros(t0, t1));
+      if (!ok) ++out.failures;
+    }
+    chain(false, resource);
+  };
+  for (int i = 0; i < warmup; ++i) cycle(resources[static_cast<std::size_t>(i)], false);
+  const auto begin = SteadyClock::now();
+  for (int i = warmup; i < warmup + samples; ++i) cycle(resources[static_cast<std::size_t>(i)], true);
+  out.seconds = micros(begin, SteadyClock::now()) / 1e6;
+  return out;
+}
+
+// The same for the Client (parallel fan-out): blocking acquire, then blocking release.
+Sampled sample_parallel(Client& client, const std::string& prefix, int warmup, int samples) {
+  const auto resources = names(prefix, warmup + samples);
+  Sampled out;
+  out.acquire_us.reserve(static_cast<std::size_t>(samples));
+  auto begin = SteadyClock::now();
+  for (int i = 0; i < warmup + samples; ++i) {
+    if (i == warmup) begin = SteadyClock::now();
+    const auto t0 = SteadyClock::now();
+    const Result r = client.acquire(resources[static_cast<std::size_t>(i)]);
+    const auto t1 = SteadyClock::now();
+    if (i >= warmup) {
+      out.acquire_us.push_back(micros(t0, t1));
+      if (!r) ++out.failures;
+    }
+    if (r) client.release(*r.lock);
+  }
+  out.seconds = micros(begin, SteadyClock::now()) / 1e6;
+  return out;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------
 
-void phase_latency_parallel(Run& run, std::size_t n, int rep) {
-  auto client = connect(options_for(run.uris(n)));
+void phase_latency_parallel(Run& run, std::size_t n, int rep, Transport transport) {
+  const bool tls = transport == Transport::tls;
+  // connect() waits for every master: with TLS the handshakes are done before the first sample.
+  auto client = connect(tls ? tls_options_for(run, n) : options_for(run.uris(n)));
   const int samples = run.config.latency_samples;
   const int warmup = std::max(20, samples / 10);
-  const auto resources = names("lp" + std::to_string(n) + "." + std::to_string(rep) + ".", warmup + samples);
-  std::vector<double> acquire_us, loop_us;
+  const auto resources =
+      names(std::string(tls ? "lt" : "lp") + std::to_string(n) + "." + std::to_string(rep) + ".", warmup + samples);
+  std::vector<double> acquire_us, loop_us, cycle_us;  // cycle = acquire + release, caller's clock
   acquire_us.reserve(static_cast<std::size_t>(samples));
+  cycle_us.reserve(static_cast<std::size_t>(samples));
   loop_us.reserve(static_cast<std::size_t>(samples));
   // ranked[k]: send-to-reply time of the (k+1)-th fastest reply of each acquire, as the
   // library measured it. Evenly spaced ranks mean the masters answered one after another
@@ -334,6 +438,7 @@ void phase_latency_parallel(Run& run, std::size_t n, int rep) {
       std::sort(replies.begin(), replies.end());
       for (std::size_t k = 0; k < replies.size(); ++k) ranked[k].push_back(static_cast<double>(replies[k]));
       client->release(*r.lock);
+      cycle_us.push_back(micros(t0, SteadyClock::now()));
     } else {
       ++failures;
     }
@@ -344,12 +449,16 @@ void phase_latency_parallel(Run& run, std::size_t n, int rep) {
   const double server_us =
       server_us_per_command(server0, masters_run_ns(run, n), 2.0 * static_cast<double>(n) * samples);
 
-  const std::string label = n == 1 ? "floor: single node N=1" : "quorum N=" + std::to_string(n);
+  const std::string label = tls ? "TLS N=" + std::to_string(n)
+                                : (n == 1 ? "floor: single node N=1" : "quorum N=" + std::to_string(n));
   append(run.cdf[label], acquire_us);
   const Percentiles p = percentiles(acquire_us);
   const Percentiles loop = percentiles(loop_us);
-  const std::string key = "lat.par." + tag(n);
+  const Percentiles cycle = percentiles(cycle_us);
+  const std::string key = (tls ? "lat.tls." : "lat.par.") + tag(n);
   add_percentiles(run, key, p);
+  run.add(key + ".cycle_p50", cycle.p50);
+  run.add(key + ".cycle_p99", cycle.p99);
   run.add(key + ".loop_p50", loop.p50);
   if (server_us >= 0) run.add(key + ".server_us_per_cmd", server_us);
   json ranks = json::array();
@@ -361,13 +470,14 @@ void phase_latency_parallel(Run& run, std::size_t n, int rep) {
   }
   run.add(key + ".cps", cycles_per_s);
   run.add(key + ".failed", failures);
-  json record = {{"type", "latency"}, {"mode", "parallel"}, {"n", n}, {"rep", rep}, {"acquire", percentiles_json(p)},
+  json record = {{"type", "latency"}, {"mode", "parallel"}, {"transport", tls ? "tls" : "plain"}, {"n", n},
+                 {"rep", rep}, {"acquire", percentiles_json(p)}, {"acquire_release", percentiles_json(cycle)},
                  {"loop_decision_p50_us", loop.p50}, {"reply_rank_p50_us", ranks},
                  {"server_cpu_us_per_command", server_us},
                  {"cycles_per_s", cycles_per_s}, {"failed", failures}};
   char line[200];
-  std::snprintf(line, sizeof(line), "latency parallel   N=%zu: p50 %.1f us, p99 %.1f us, %.0f cycles/s", n, p.p50,
-                p.p99, cycles_per_s);
+  std::snprintf(line, sizeof(line), "latency parallel%s N=%zu: p50 %.1f us, p99 %.1f us, %.0f cycles/s",
+                tls ? " TLS" : "   ", n, p.p50, p.p99, cycles_per_s);
   record["progress"] = line;
   run.record(std::move(record));
 }
@@ -380,52 +490,13 @@ void phase_latency_sequential(Run& run, std::size_t n, int rep) {
   // caller); only the fan-out differs. A grant when a majority said OK with positive
   // validity (ttl - elapsed - drift, elapsed from before the first send); then released
   // one master after another, as such clients do.
-  SharedLoop loop;
-  auto& clients = loop.clients;
-  const auto uris = run.uris(n);
-  loop.run([&] {
-    for (const auto& uri : uris) {
-      auto options = options_for({uri});
-      options.loop = loop.get();
-      clients.push_back(std::make_unique<Client>(std::move(options)));
-    }
-  });
-  for (auto& c : clients) {
-    if (!c->wait_connected(1, 5s)) throw std::runtime_error("sequential: could not connect within 5 s");
-  }
-  const std::size_t quorum = n / 2 + 1;
-  const auto drift = clients.front()->drift(kTtl);
   const int samples = run.config.latency_samples;
   const int warmup = std::max(20, samples / 10);
-  const auto resources = names("ls" + std::to_string(n) + "." + std::to_string(rep) + ".", warmup + samples);
-  std::vector<double> acquire_us;
-  acquire_us.reserve(static_cast<std::size_t>(samples));
-  int failures = 0;
-  std::vector<std::optional<redlock::Lock>> held(n);
-
-  const auto chain = [&](bool acquiring, const std::string& resource) {
-    auto c = std::make_shared<SequentialChain>(clients, held, acquiring, resource);
-    auto future = c->done.get_future();
-    c->step(0);
-    return future.get();
-  };
-  const auto cycle = [&](const std::string& resource, bool measure) {
-    const auto t0 = SteadyClock::now();
-    const std::size_t granted = chain(true, resource);
-    const auto t1 = SteadyClock::now();
-    const auto validity = std::chrono::duration_cast<std::chrono::microseconds>(kTtl - (t1 - t0)) - drift;
-    const bool ok = granted >= quorum && validity.count() > 0;
-    if (measure) {
-      acquire_us.push_back(micros(t0, t1));
-      if (!ok) ++failures;
-    }
-    chain(false, resource);
-  };
-  for (int i = 0; i < warmup; ++i) cycle(resources[static_cast<std::size_t>(i)], false);
-  const auto begin = SteadyClock::now();
-  for (int i = warmup; i < warmup + samples; ++i) cycle(resources[static_cast<std::size_t>(i)], true);
-  const double seconds = micros(begin, SteadyClock::now()) / 1e6;
-  const double cycles_per_s = samples / seconds;
+  Sampled sampled =
+      sample_sequential(run.uris(n), "ls" + std::to_string(n) + "." + std::to_string(rep) + ".", warmup, samples);
+  std::vector<double>& acquire_us = sampled.acquire_us;
+  const int failures = sampled.failures;
+  const double cycles_per_s = samples / sampled.seconds;
 
   append(run.cdf["sequential N=" + std::to_string(n)], acquire_us);
   const Percentiles p = percentiles(acquire_us);
@@ -454,12 +525,24 @@ void phase_floor_redis_benchmark(Run& run, int rep) {
                                          std::to_string(master.port()), "-c", "1", "-n",
                                          std::to_string(run.config.floor_requests), "-r", "100000000", "--csv",
                                          "SET", "bench:rb:__rand_int__", kTokenLike, "NX", "PX", "10000"};
+  // Its CPU (user+sys, counted once run_capture has reaped it; the masters, also children,
+  // are still running and not in it): a C client's cost of one round trip on loopback, the
+  // floor under any client's cost per command, ours included.
+  const auto children_cpu_s = [] {
+    rusage usage{};
+    ::getrusage(RUSAGE_CHILDREN, &usage);
+    const auto seconds = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) / 1e6; };
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  };
+  const double cpu0 = children_cpu_s();
   const auto [output, ok] = run_capture(argv);
+  const double cpu_us_per_request = (children_cpu_s() - cpu0) * 1e6 / static_cast<double>(run.config.floor_requests);
   const auto figures = parse_redis_benchmark_csv(output);
   if (!ok || !figures) {
     run.note("redis-benchmark -c 1 failed or printed nothing parseable; floor from redis-benchmark skipped");
     return;
   }
+  run.add("rb.floor.cpu_us", cpu_us_per_request);
   run.add("rb.floor.p50", figures->p50_ms * 1000.0);
   run.add("rb.floor.p99", figures->p99_ms * 1000.0);
   run.add("rb.floor.max", figures->max_ms * 1000.0);
@@ -467,10 +550,11 @@ void phase_floor_redis_benchmark(Run& run, int rep) {
   json record = {{"type", "floor_redis_benchmark"}, {"rep", rep}, {"command", "SET key token NX PX 10000"},
                  {"clients", 1}, {"requests", run.config.floor_requests}, {"rps", figures->rps},
                  {"p50_us", figures->p50_ms * 1000.0}, {"p95_us", figures->p95_ms * 1000.0},
-                 {"p99_us", figures->p99_ms * 1000.0}, {"max_us", figures->max_ms * 1000.0}};
+                 {"p99_us", figures->p99_ms * 1000.0}, {"max_us", figures->max_ms * 1000.0},
+                 {"client_cpu_us_per_request", cpu_us_per_request}};
   char line[200];
-  std::snprintf(line, sizeof(line), "redis-benchmark -c 1 SET NX PX: p50 %.1f us, %.0f requests/s",
-                figures->p50_ms * 1000.0, figures->rps);
+  std::snprintf(line, sizeof(line), "redis-benchmark -c 1 SET NX PX: p50 %.1f us, %.0f requests/s, %.1f us CPU/request",
+                figures->p50_ms * 1000.0, figures->rps, cpu_us_per_request);
   record["progress"] = line;
   run.record(std::move(record));
 }
@@ -481,6 +565,8 @@ void phase_throughput(Run& run, std::size_t n, std::size_t k, int rep) {
   const auto warmup = std::chrono::duration<double>(std::clamp(window / 5, 0.05, 0.3));
   std::uint64_t done = 0, failed = 0;
   double seconds = 0, server_us = -1, client_us = -1;
+  double masters_cpu_s = -1, masters_wait_s = -1, client_cpu_s = 0;
+  std::vector<CpuStat> cpus0, cpus1;
   json failures;
   {
     Pump pump(*client, "t" + std::to_string(pump_id()) + ".");
@@ -488,34 +574,89 @@ void phase_throughput(Run& run, std::size_t n, std::size_t k, int rep) {
     std::this_thread::sleep_for(warmup);
     const auto t0 = SteadyClock::now();
     const std::uint64_t d0 = pump.done(), f0 = pump.failed();
-    const long long server0 = masters_run_ns(run, n);
+    const SchedNs server0 = masters_sched_ns(run, n);
     const CpuTimes client0 = process_cpu();
+    cpus0 = cpu_stats();
     std::this_thread::sleep_for(std::chrono::duration<double>(window));
     const auto t1 = SteadyClock::now();
     done = pump.done() - d0;
     failed = pump.failed() - f0;
-    const long long server1 = masters_run_ns(run, n);
+    const SchedNs server1 = masters_sched_ns(run, n);
     const CpuTimes client1 = process_cpu();
-    server_us = server_us_per_command(server0, server1, 2.0 * static_cast<double>(n * done));
-    if (done > 0) client_us = (client1.total() - client0.total()) * 1e6 / static_cast<double>(done);
+    cpus1 = cpu_stats();
+    server_us = server_us_per_command(server0.run, server1.run, 2.0 * static_cast<double>(n * done));
+    if (server0.run >= 0 && server1.run >= 0) {
+      masters_cpu_s = static_cast<double>(server1.run - server0.run) / 1e9;
+      masters_wait_s = static_cast<double>(server1.wait - server0.wait) / 1e9;
+    }
+    client_cpu_s = client1.total() - client0.total();
+    if (done > 0) client_us = client_cpu_s * 1e6 / static_cast<double>(done);
     seconds = micros(t0, t1) / 1e6;
     if (!pump.stop_and_wait(10s)) run.note("throughput: chains did not drain within 10 s");
     failures = pump.failures();  // over the whole run of the pump, warm-up and drain included
   }
   const double cycles_per_s = static_cast<double>(done) / seconds;
+  // The masters' ceiling, from their CPU in this window (bench/README.md, "The masters'
+  // ceiling"): a redis-server does its work on one thread, so N masters can use at most N
+  // CPUs; pinned they all share CPU 1; unpinned they share the machine's CPUs with this
+  // process, so what this process used in the window was not available to them. The share
+  // is what they used against that; it cannot exceed 1 (up to /proc's accounting).
+  const double cpus = static_cast<double>(std::max(1, online_cpus()));
+  const double available_s =
+      run.pinned ? seconds : std::max(0.0, std::min(static_cast<double>(n) * seconds, cpus * seconds - client_cpu_s));
+  const double share = masters_cpu_s >= 0 && available_s > 0 ? masters_cpu_s / available_s : -1;
+  // The same as cycles/s: available CPU per second / (2N x CPU per command).
+  const double ceiling_cps = share > 0 ? cycles_per_s / share : -1;
+  // Where the rest of the masters' CPUs went (/proc/stat, 10 ms ticks: informational): idle,
+  // or other processes (this one's CPU counted apart when not pinned). With little idle and
+  // much "others", the machine, not the client, kept the masters from their ceiling; then
+  // masters / (masters + idle) is the share of what the other processes left them.
+  double idle_s = -1, others_s = -1;
+  if (!cpus0.empty() && cpus0.size() == cpus1.size() && masters_cpu_s >= 0) {
+    double busy = 0, idle = 0;
+    for (std::size_t cpu = 0; cpu < cpus1.size(); ++cpu) {
+      if (run.pinned && cpu != 1) continue;
+      busy += cpus1[cpu].busy_s - cpus0[cpu].busy_s;
+      idle += cpus1[cpu].idle_s - cpus0[cpu].idle_s;
+    }
+    idle_s = idle;
+    others_s = std::max(0.0, busy - masters_cpu_s - (run.pinned ? 0.0 : client_cpu_s));
+  }
+  const double left_s = run.pinned ? seconds : static_cast<double>(n) * seconds;
+  const double share_left =
+      idle_s >= 0 && masters_cpu_s > 0 ? masters_cpu_s / std::min(left_s, masters_cpu_s + idle_s) : -1;
   const std::string key = "tp." + tag(n) + ".k" + std::to_string(k);
   run.add(key + ".cps", cycles_per_s);
   run.add(key + ".failed", static_cast<double>(failed));
+  if (share >= 0) {
+    run.add(key + ".share", share);
+    run.add(key + ".masters_cpus", masters_cpu_s / seconds);
+    run.add(key + ".available_cpus", available_s / seconds);
+    run.add(key + ".masters_wait_cpus", masters_wait_s / seconds);
+    run.add(key + ".client_cpus", client_cpu_s / seconds);
+  }
+  if (share_left >= 0) {
+    run.add(key + ".share_left", share_left);
+    run.add(key + ".idle_cpus", idle_s / seconds);
+    run.add(key + ".others_cpus", others_s / seconds);
+  }
+  if (ceiling_cps > 0) run.add(key + ".ceiling_cps", ceiling_cps);
   if (server_us >= 0) run.add(key + ".server_us_per_cmd", server_us);
   if (client_us >= 0) run.add(key + ".client_us_per_cycle", client_us);
   json record = {{"type", "throughput"}, {"n", n}, {"in_flight", k}, {"rep", rep}, {"seconds", seconds},
                  {"cycles", done}, {"failed", failed}, {"cycles_per_s", cycles_per_s},
                  {"server_cpu_us_per_command", server_us}, {"client_cpu_us_per_cycle", client_us},
+                 {"masters_cpu_seconds", masters_cpu_s}, {"masters_run_queue_wait_seconds", masters_wait_s},
+                 {"client_cpu_seconds", client_cpu_s},
+                 {"masters_available_cpu_seconds", available_s}, {"pinned", run.pinned},
+                 {"share_of_masters_cpu_ceiling", share}, {"ceiling_cycles_per_s", ceiling_cps},
+                 {"masters_cpus_idle_seconds", idle_s}, {"masters_cpus_other_processes_seconds", others_s},
+                 {"share_of_what_other_processes_left", share_left},
                  {"failures", failures},
                  {"commands_per_s", cycles_per_s * 2.0 * static_cast<double>(n)}};
   char line[200];
-  std::snprintf(line, sizeof(line), "throughput N=%zu K=%zu: %.0f cycles/s (%llu failed)", n, k, cycles_per_s,
-                static_cast<unsigned long long>(failed));
+  std::snprintf(line, sizeof(line), "throughput N=%zu K=%zu: %.0f cycles/s, %.0f%% of the masters' CPU (%llu failed)",
+                n, k, cycles_per_s, share * 100.0, static_cast<unsigned long long>(failed));
   record["progress"] = line;
   if (failed > 0) {
     run.note("throughput N=" + std::to_string(n) + " K=" + std::to_string(k) + " repetition " +
@@ -649,83 +790,190 @@ void phase_frozen(Run& run, int rep) {
   run.record(std::move(record));
 }
 
+namespace {
+
+// The process's cost over a stretch of cycles: CPU (user+sys), heap allocations, context
+// switches and read/write system calls.
+struct Cost {
+  double cycles = 0, cpu_us = 0, sys_us = 0, allocs = 0, bytes = 0, switches = 0, rw_calls = 0, wall_s = 0;
+  Cost& operator+=(const Cost& other) {
+    cycles += other.cycles, cpu_us += other.cpu_us, sys_us += other.sys_us, allocs += other.allocs;
+    bytes += other.bytes, switches += other.switches, rw_calls += other.rw_calls, wall_s += other.wall_s;
+    return *this;
+  }
+  // Per cycle, added to the run's figures under `key` and returned as JSON.
+  json report(const std::string& key, Run& run) const {
+    const auto per = [&](double total) { return cycles > 0 ? total / cycles : 0.0; };
+    const std::pair<const char*, double> figures[] = {{"cpu_us", per(cpu_us)},     {"sys_us", per(sys_us)},
+                                                      {"allocs", per(allocs)},     {"bytes", per(bytes)},
+                                                      {"switches", per(switches)}, {"rw_calls", per(rw_calls)}};
+    for (const auto& [name, value] : figures) run.add(key + "." + name, value);
+    return {{"cycles", cycles},
+            {"cpu_us_per_cycle", per(cpu_us)},
+            {"system_cpu_us_per_cycle", per(sys_us)},
+            {"heap_allocations_per_cycle", per(allocs)},
+            {"bytes_per_cycle", per(bytes)},
+            {"context_switches_per_cycle", per(switches)},
+            {"read_write_syscalls_per_cycle", per(rw_calls)},
+            {"cpu_share_of_wall", wall_s > 0 ? cpu_us / 1e6 / wall_s : 0.0}};
+  }
+};
+
+class CostMeter {
+ public:
+  CostMeter() : a0_(alloc_count()), c0_(process_cpu()), k0_(process_kernel_counts()), w0_(SteadyClock::now()) {}
+  [[nodiscard]] Cost stop(double cycles) const {
+    const KernelCounts k1 = process_kernel_counts();
+    const CpuTimes c1 = process_cpu();
+    const AllocCount a1 = alloc_count();
+    Cost cost;
+    cost.cycles = cycles;
+    cost.wall_s = micros(w0_, SteadyClock::now()) / 1e6;
+    cost.cpu_us = (c1.total() - c0_.total()) * 1e6;
+    cost.sys_us = (c1.system - c0_.system) * 1e6;
+    cost.allocs = static_cast<double>(a1.calls - a0_.calls);
+    cost.bytes = static_cast<double>(a1.bytes - a0_.bytes);
+    cost.switches = k1.voluntary_switches - k0_.voluntary_switches + k1.involuntary_switches - k0_.involuntary_switches;
+    cost.rw_calls = k1.read_calls - k0_.read_calls + k1.write_calls - k0_.write_calls;
+    return cost;
+  }
+
+ private:
+  AllocCount a0_;
+  CpuTimes c0_;
+  KernelCounts k0_;
+  SteadyClock::time_point w0_;
+};
+
+// One lock at a time through acquire_async/release_async: each call is made from the previous
+// one's callback on the loop thread (no thread hand-off). Times each acquire from the call to
+// its callback, on the same clock as the blocking series.
+class AsyncOneAtATime {
+ public:
+  AsyncOneAtATime(Client& client, const std::vector<std::string>& names, std::size_t from, std::size_t to)
+      : client_(client), names_(names), next_(from), end_(to) {
+    acquire_us_.reserve(to - from);
+  }
+  void run() {
+    next();
+    done_.get_future().wait();
+  }
+  std::vector<double>& acquire_us() { return acquire_us_; }
+  [[nodiscard]] int failures() const { return failures_; }
+
+ private:
+  void next() {
+    if (next_ == end_) {
+      done_.set_value();
+      return;
+    }
+    sent_ = SteadyClock::now();
+    client_.acquire_async(names_[next_++], [this](Result r) {
+      acquire_us_.push_back(micros(sent_, SteadyClock::now()));
+      if (!r) {
+        ++failures_;
+        next();
+        return;
+      }
+      client_.release_async(*r.lock, [this](const Result&) { next(); });
+    });
+  }
+
+  Client& client_;
+  const std::vector<std::string>& names_;
+  std::size_t next_, end_;
+  SteadyClock::time_point sent_;
+  std::vector<double> acquire_us_;
+  int failures_ = 0;
+  std::promise<void> done_;
+};
+
+}  // namespace
+
 void phase_client_cost(Run& run, int rep) {
   auto client = connect(options_for(run.uris(5)));
   const int cycles = run.config.cost_cycles;
-  const auto resources = names("c" + std::to_string(rep) + ".", cycles + 200);
+  const auto n_cycles = static_cast<std::size_t>(cycles);
+  const auto resources = names("c" + std::to_string(rep) + ".", 3 * cycles + 200);
   for (int i = 0; i < 200; ++i) {
     const Result r = client->acquire(resources[static_cast<std::size_t>(i)]);
     if (r) client->release(*r.lock);
   }
 
-  // Blocking calls, one lock at a time (what the latency phase measures).
-  int failures = 0;
-  const AllocCount a0 = alloc_count();
-  const CpuTimes c0 = process_cpu();
-  const auto w0 = SteadyClock::now();
-  for (int i = 200; i < cycles + 200; ++i) {
-    const Result r = client->acquire(resources[static_cast<std::size_t>(i)]);
-    if (r) {
-      client->release(*r.lock);
-    } else {
-      ++failures;
+  // (a) Blocking calls, one lock at a time (what the latency phase measures) and (b) the same
+  // cycles through the async API, one at a time: the same rounds, without the two thread
+  // hand-offs per call. Alternated in halves so that drift on a busy machine hits both.
+  std::vector<double> blocking_us, async_us;
+  blocking_us.reserve(n_cycles);
+  int blocking_failures = 0, async_failures = 0;
+  Cost blocking_cost, async_cost;
+  std::size_t at = 200;
+  for (int half = 0; half < 2; ++half) {
+    const std::size_t count = n_cycles / 2 + (half == 1 ? n_cycles % 2 : 0);
+    {
+      const CostMeter meter;
+      for (std::size_t i = 0; i < count; ++i) {
+        const auto t0 = SteadyClock::now();
+        const Result r = client->acquire(resources[at++]);
+        blocking_us.push_back(micros(t0, SteadyClock::now()));
+        if (r) {
+          client->release(*r.lock);
+        } else {
+          ++blocking_failures;
+        }
+      }
+      blocking_cost += meter.stop(static_cast<double>(count));
+    }
+    {
+      AsyncOneAtATime chain(*client, resources, at, at + count);
+      const CostMeter meter;
+      chain.run();
+      async_cost += meter.stop(static_cast<double>(count));
+      at += count;
+      async_us.insert(async_us.end(), chain.acquire_us().begin(), chain.acquire_us().end());
+      async_failures += chain.failures();
     }
   }
-  const double wall = micros(w0, SteadyClock::now()) / 1e6;
-  const CpuTimes c1 = process_cpu();
-  const AllocCount a1 = alloc_count();
-  const double cpu = c1.total() - c0.total();
-  const double blocking_cpu_us = cpu * 1e6 / cycles;
-  const double blocking_sys_us = (c1.system - c0.system) * 1e6 / cycles;
-  const double blocking_allocs = static_cast<double>(a1.calls - a0.calls) / cycles;
-  const double blocking_bytes = static_cast<double>(a1.bytes - a0.bytes) / cycles;
-  run.add("cost.blocking.cpu_us", blocking_cpu_us);
-  run.add("cost.blocking.allocs", blocking_allocs);
-  run.add("cost.blocking.bytes", blocking_bytes);
-  run.add("cost.blocking.sys_us", blocking_sys_us);
-  run.add("cost.blocking.cpu_share", cpu / wall);
+  json blocking_json = blocking_cost.report("cost.blocking", run);
+  json async_json = async_cost.report("cost.async1", run);
+  const Percentiles blocking_p = percentiles(blocking_us);
+  const Percentiles async_p = percentiles(async_us);
+  run.add("cost.blocking.acquire_p50", blocking_p.p50);
+  run.add("cost.async1.acquire_p50", async_p.p50);
+  run.add("cost.blocking_over_async1.acquire_p50", async_p.p50 > 0 ? blocking_p.p50 / async_p.p50 : 0);
+  run.add("cost.blocking_over_async1.cpu", async_cost.cpu_us > 0 ? blocking_cost.cpu_us / async_cost.cpu_us : 0);
 
-  // Asynchronous chains, 64 in flight (the throughput phase's shape).
+  // (c) Asynchronous chains, 64 in flight (the throughput phase's shape).
   const std::size_t k = 64;
-  double async_cpu_us = 0, async_sys_us = 0, async_allocs = 0, async_bytes = 0;
-  std::uint64_t done = 0;
+  json async64_json;
+  Cost async64_cost;
   {
     Pump pump(*client, "a" + std::to_string(pump_id()) + ".");
     pump.start(k);
     std::this_thread::sleep_for(100ms);
     const std::uint64_t d0 = pump.done();
-    const AllocCount b0 = alloc_count();
-    const CpuTimes e0 = process_cpu();
+    const CostMeter meter;
     std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.2, run.config.throughput_seconds)));
-    const CpuTimes e1 = process_cpu();
-    const AllocCount b1 = alloc_count();
-    done = pump.done() - d0;
+    async64_cost = meter.stop(static_cast<double>(pump.done() - d0));
     pump.stop_and_wait(10s);
-    if (done > 0) {
-      async_cpu_us = (e1.total() - e0.total()) * 1e6 / static_cast<double>(done);
-      async_sys_us = (e1.system - e0.system) * 1e6 / static_cast<double>(done);
-      async_allocs = static_cast<double>(b1.calls - b0.calls) / static_cast<double>(done);
-      async_bytes = static_cast<double>(b1.bytes - b0.bytes) / static_cast<double>(done);
-    }
   }
-  run.add("cost.async64.cpu_us", async_cpu_us);
-  run.add("cost.async64.sys_us", async_sys_us);
-  run.add("cost.async64.allocs", async_allocs);
-  run.add("cost.async64.bytes", async_bytes);
+  async64_json = async64_cost.report("cost.async64", run);
 
+  blocking_json["failed"] = blocking_failures;
+  blocking_json["acquire_us"] = percentiles_json(blocking_p);
+  async_json["failed"] = async_failures;
+  async_json["acquire_us"] = percentiles_json(async_p);
   json record = {{"type", "client_cost"}, {"n", 5}, {"rep", rep},
-                 {"blocking", {{"cycles", cycles}, {"failed", failures}, {"cpu_us_per_cycle", blocking_cpu_us},
-                               {"system_cpu_us_per_cycle", blocking_sys_us},
-                               {"operator_new_per_cycle", blocking_allocs}, {"bytes_per_cycle", blocking_bytes},
-                               {"cpu_share_of_wall", cpu / wall}}},
-                 {"async_64_in_flight", {{"cycles", done}, {"cpu_us_per_cycle", async_cpu_us},
-                                         {"system_cpu_us_per_cycle", async_sys_us},
-                                         {"operator_new_per_cycle", async_allocs},
-                                         {"bytes_per_cycle", async_bytes}}}};
-  char line[240];
+                 {"blocking", blocking_json}, {"async_1_in_flight", async_json}, {"async_64_in_flight", async64_json}};
+  const auto per = [](const Cost& c, double total) { return c.cycles > 0 ? total / c.cycles : 0.0; };
+  char line[320];
   std::snprintf(line, sizeof(line),
-                "client cost N=5: blocking %.1f us CPU, %.1f news/cycle; async x64 %.1f us CPU, %.1f news/cycle",
-                blocking_cpu_us, blocking_allocs, async_cpu_us, async_allocs);
+                "client cost N=5: blocking %.1f us CPU, %.1f switches, %.1f allocs/cycle, acquire p50 %.1f us; async x1 "
+                "%.1f us CPU, %.1f switches, p50 %.1f us; async x64 %.1f us CPU, %.1f allocs/cycle",
+                per(blocking_cost, blocking_cost.cpu_us), per(blocking_cost, blocking_cost.switches),
+                per(blocking_cost, blocking_cost.allocs), blocking_p.p50, per(async_cost, async_cost.cpu_us),
+                per(async_cost, async_cost.switches), async_p.p50, per(async64_cost, async64_cost.cpu_us),
+                per(async64_cost, async64_cost.allocs));
   record["progress"] = line;
   run.record(std::move(record));
 }
@@ -818,6 +1066,335 @@ void phase_hold_locks(Run& run) {
                 rss_before, rss_held, peak, per_lock);
   record["progress"] = line;
   run.record(std::move(record));
+}
+
+void phase_reconnect(Run& run, int rep) {
+  // N = 1 on master 0, which listens plain and TLS. The public API has no seam to close the
+  // Client's connection, so the drop comes from the server: CLIENT KILL TYPE normal (the
+  // support helper's own connection is spared: SKIPME yes). Time from the kill's reply (the
+  // socket is closed by then) to the first granted acquire. Blocking acquires one after the
+  // other: the first may still be sent on the dead connection and fail at once; the next
+  // waits in the Client's queue while it reconnects (command_timeout 1 s, so it waits
+  // instead of timing out). reconnect_min = reconnect_max = 1 ms: the reconnect starts 1 ms
+  // after the drop is seen (25 % jitter of 1 ms is 0), so the figure is noticing the drop +
+  // 1 ms + TCP connect (+ TLS handshake) + the library's own handshake (INFO, CONFIG GET) +
+  // one SET round. Resumption: the library keeps each endpoint's last TLS session and offers
+  // it on every reconnect, always (there is no option to turn that off); the server side can:
+  // tls-session-caching no makes every reconnect a full handshake. Comparing the two says
+  // whether the offered session was accepted (the public API does not report it).
+  auto& master = *run.masters[0];
+  const int samples = run.config.reconnect_samples;
+  const auto reconnecting = [&](Transport transport) {
+    auto options = transport == Transport::tls ? tls_options_for(run, 1) : options_for(run.uris(1));
+    options.reconnect_min = 1ms;
+    options.reconnect_max = 1ms;
+    options.command_timeout = 1000ms;
+    return options;
+  };
+  struct Series {
+    std::vector<double> us;
+    double server_us = -1;    // redis-server CPU per drop (µs): the handshake's share tells a
+                              // resumed TLS handshake from a full one (no ECDSA signature)
+    int failed = 0;           // drops after which no acquire was granted within 5 s
+    int attempts_before = 0;  // failed acquires between the kill and the grant, summed
+  };
+  const auto drops = [&](Transport transport, const std::string& prefix) {
+    Series s;
+    auto client = connect(reconnecting(transport));
+    int seq = 0;
+    long long server0 = -1;
+    for (int i = 0; i < samples + 1; ++i) {  // the first drop is a warm-up
+      if (i == 1) server0 = masters_run_ns(run, 1);
+      // Usable before the drop (also rearms the reconnect backoff at its minimum).
+      for (int tries = 0; tries < 100; ++tries) {
+        const Result r = client->acquire(prefix + std::to_string(seq++));
+        if (r) {
+          client->release(*r.lock);
+          break;
+        }
+      }
+      master.command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+      const auto t0 = SteadyClock::now();
+      std::optional<double> took;
+      int attempts = 0;
+      while (micros(t0, SteadyClock::now()) < 5e6) {
+        const Result r = client->acquire(prefix + std::to_string(seq++));
+        if (r) {
+          took = micros(t0, SteadyClock::now());
+          client->release(*r.lock);
+          break;
+        }
+        ++attempts;
+      }
+      if (i == 0) continue;
+      if (took) {
+        s.us.push_back(*took);
+        s.attempts_before += attempts;
+      } else {
+        ++s.failed;
+      }
+    }
+    // Per drop: the server's side of the reconnect (accept, TLS handshake, the library's
+    // INFO/CONFIG GET) plus one acquire+release before and one after, as in every series.
+    const long long server1 = masters_run_ns(run, 1);
+    if (server0 >= 0 && server1 >= 0 && samples > 0) {
+      s.server_us = static_cast<double>(server1 - server0) / 1000.0 / samples;
+    }
+    return s;
+  };
+  // A new Client each time: no cached session, so a TLS connect is always a full handshake.
+  // From the constructor's start to the first granted acquire, sent right after the
+  // constructor returns (it waits in the queue while the Client connects: command_timeout
+  // 1 s), so the figure is comparable with a reconnect's. wait_connected() is not used: it
+  // polls every 5 ms. `ctor` is the constructor alone (for TLS it builds the OpenSSL context
+  // and loads the CA file).
+  struct Fresh {
+    std::vector<double> connect_us, ctor_us;
+    int failed = 0;
+  };
+  const auto fresh = [&](Transport transport, const std::string& prefix) {
+    Fresh f;
+    for (int i = 0; i < samples + 1; ++i) {
+      auto options = reconnecting(transport);
+      const auto t0 = SteadyClock::now();
+      auto client = std::make_unique<Client>(std::move(options));
+      const auto t1 = SteadyClock::now();
+      const Result r = client->acquire(prefix + std::to_string(i));
+      const auto t2 = SteadyClock::now();
+      if (r) client->release(*r.lock);
+      if (i == 0) continue;
+      if (!r) {
+        ++f.failed;
+        continue;
+      }
+      f.ctor_us.push_back(micros(t0, t1));
+      f.connect_us.push_back(micros(t0, t2));
+    }
+    return f;
+  };
+  const auto set_session_cache = [&](bool on) {
+    const auto reply = master.command({"CONFIG", "SET", "tls-session-caching", on ? "yes" : "no"});
+    if (reply.type == redlock::support::Reply::Type::error) {
+      throw std::runtime_error("CONFIG SET tls-session-caching failed: " + reply.str);
+    }
+  };
+
+  const std::string r = std::to_string(rep);
+  const Series plain = drops(Transport::plain, "rp" + r + ".");
+  const Series tls_cached = drops(Transport::tls, "rc" + r + ".");
+  set_session_cache(false);
+  Series tls_uncached;
+  try {
+    tls_uncached = drops(Transport::tls, "ru" + r + ".");
+  } catch (...) {
+    set_session_cache(true);
+    throw;
+  }
+  set_session_cache(true);
+  const Fresh fresh_plain = fresh(Transport::plain, "fp" + r + ".");
+  const Fresh fresh_tls = fresh(Transport::tls, "ft" + r + ".");
+
+  json record = {{"type", "reconnect"}, {"n", 1}, {"rep", rep}, {"drop", "CLIENT KILL TYPE normal"},
+                 {"reconnect_min_ms", 1}, {"reconnect_max_ms", 1}, {"command_timeout_ms", 1000}};
+  std::string progress = "reconnect N=1 p50:";
+  for (const auto& [name, series] : {std::pair<std::string, const Series*>{"plain", &plain},
+                                     {"tls_session_cache_on", &tls_cached},
+                                     {"tls_session_cache_off", &tls_uncached}}) {
+    std::vector<double> us = series->us;
+    const Percentiles p = percentiles(us);
+    const std::string key = "rc." + name;
+    if (p.count > 0) add_percentiles(run, key, p);
+    const double attempts = series->us.empty() ? 0 : static_cast<double>(series->attempts_before) /
+                                                         static_cast<double>(series->us.size());
+    run.add(key + ".failed_attempts", attempts);
+    if (series->server_us >= 0) run.add(key + ".server_us_per_drop", series->server_us);
+    run.add(key + ".failed", series->failed);
+    record[name] = {{"drop_to_grant", percentiles_json(p)}, {"failed_acquires_per_drop", attempts},
+                    {"server_cpu_us_per_drop", series->server_us},
+                    {"no_grant_within_5s", series->failed}};
+    char part[80];
+    std::snprintf(part, sizeof(part), " %s %.0f us", name.c_str(), p.p50);
+    progress += part;
+  }
+  for (const auto& [name, series] : {std::pair<std::string, const Fresh*>{"fresh_plain", &fresh_plain},
+                                     {"fresh_tls", &fresh_tls}}) {
+    std::vector<double> connect_us = series->connect_us, ctor_us = series->ctor_us;
+    const Percentiles c = percentiles(connect_us);
+    const Percentiles k = percentiles(ctor_us);
+    const std::string key = "rc." + name;
+    if (c.count > 0) add_percentiles(run, key, c);
+    if (k.count > 0) run.add(key + ".ctor_p50", k.p50);
+    run.add(key + ".failed", series->failed);
+    record[name] = {{"constructor", percentiles_json(k)}, {"constructor_to_grant", percentiles_json(c)},
+                    {"first_acquire_failed", series->failed}};
+    char part[80];
+    std::snprintf(part, sizeof(part), " %s %.0f us", name.c_str(), c.p50);
+    progress += part;
+  }
+  record["progress"] = progress;
+  run.record(std::move(record));
+}
+
+const std::vector<ZoneProfile>& zone_profiles() {
+  static const std::vector<ZoneProfile> profiles = {
+      {"all0.5", "all 0.5 ms", {0.5, 0.5, 0.5, 0.5, 0.5}},
+      {"all2", "all 2 ms", {2, 2, 2, 2, 2}},
+      {"zones", "zones 0.2/0.2/1/1/5 ms", {0.2, 0.2, 1, 1, 5}},
+  };
+  return profiles;
+}
+
+namespace {
+
+// The delaying proxy (support/delay_proxy.h) in front of masters 1..5, run by a thread of
+// this process (under --pin on CPU 0 with the client: the proxy's own CPU is part of every
+// round trip through it, the N=1 ones included). The one-way delay of each route is half
+// the profile's round trip.
+class ZoneProxies {
+ public:
+  explicit ZoneProxies(const Run& run) {
+    std::vector<redlock::support::ProxyRoute> routes;
+    try {
+      for (std::size_t i = 0; i < kMasters; ++i) {
+        const auto socket = redlock::support::listen_on_free_port();
+        routes.push_back({socket.fd, run.masters[i]->port(), &delay_ns_[i]});
+        uris_.push_back("redis://127.0.0.1:" + std::to_string(socket.port));
+      }
+    } catch (...) {
+      for (const auto& route : routes) ::close(route.listen_fd);  // not yet handed to the proxy
+      throw;
+    }
+    // From here on the listen fds belong to run_delay_proxies (closed on every way out).
+    thread_ = std::thread([this, routes] {
+      try {
+        redlock::support::run_delay_proxies(routes, stop_);
+      } catch (const std::exception& e) {
+        const std::lock_guard lock(mutex_);
+        error_ = e.what();
+      }
+    });
+  }
+  ~ZoneProxies() {
+    stop_.store(true);
+    thread_.join();
+  }
+  ZoneProxies(const ZoneProxies&) = delete;
+  ZoneProxies& operator=(const ZoneProxies&) = delete;
+
+  void set_round_trips(const std::vector<double>& rtt_ms) {
+    for (std::size_t i = 0; i < kMasters; ++i) {
+      delay_ns_[i].store(static_cast<std::int64_t>(rtt_ms[i] * 1e6 / 2));  // one way
+    }
+  }
+  // Masters 1..5 through their proxies, in order.
+  [[nodiscard]] std::vector<std::string> uris(std::size_t first, std::size_t count) const {
+    return {uris_.begin() + static_cast<long>(first), uris_.begin() + static_cast<long>(first + count)};
+  }
+  [[nodiscard]] std::string error() const {
+    const std::lock_guard lock(mutex_);
+    return error_;
+  }
+
+  static constexpr std::size_t kMasters = 5;
+
+ private:
+  std::array<std::atomic<std::int64_t>, kMasters> delay_ns_{};
+  std::atomic<bool> stop_{false};
+  std::vector<std::string> uris_;
+  mutable std::mutex mutex_;
+  std::string error_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+void phase_zones(Run& run, int rep) {
+  if (run.masters.size() < ZoneProxies::kMasters) return;
+  ZoneProxies proxies(run);
+  const int samples = run.config.zone_samples;
+  const int warmup = std::max(3, samples / 10);
+  const std::string r = std::to_string(rep);
+  for (const ZoneProfile& profile : zone_profiles()) {
+    proxies.set_round_trips(profile.rtt_ms);
+    const std::string base = "zone." + profile.id + ".";
+    const std::string prefix = "z" + profile.id + "." + r + ".";
+    json record = {{"type", "zones"}, {"profile", profile.id}, {"label", profile.label}, {"rep", rep},
+                   {"added_round_trip_ms", profile.rtt_ms}, {"samples", samples},
+                   {"proxy", "support/delay_proxy.h in this process, one way = half the round trip"}};
+
+    // N = 1 through each master: its round trip through its proxy, as the Client sees it.
+    std::vector<double> n1_p50(ZoneProxies::kMasters);
+    json per_master = json::array();
+    for (std::size_t i = 0; i < ZoneProxies::kMasters; ++i) {
+      auto client = connect(options_for(proxies.uris(i, 1)));
+      Sampled sampled = sample_parallel(*client, prefix + "m" + std::to_string(i + 1) + ".", warmup, samples);
+      const Percentiles p = percentiles(sampled.acquire_us);
+      n1_p50[i] = p.p50;
+      add_percentiles(run, base + "n1.m" + std::to_string(i + 1), p);
+      run.add(base + "n1.m" + std::to_string(i + 1) + ".failed", sampled.failures);
+      per_master.push_back({{"master", i + 1}, {"added_round_trip_ms", profile.rtt_ms[i]},
+                            {"acquire", percentiles_json(p)}, {"failed", sampled.failures}});
+    }
+    record["n1_per_master"] = per_master;
+    // Nearest and farthest by the profile (ties: the first nearest, the last farthest).
+    std::size_t nearest = 0, farthest = 0;
+    for (std::size_t i = 0; i < ZoneProxies::kMasters; ++i) {
+      if (profile.rtt_ms[i] < profile.rtt_ms[nearest]) nearest = i;
+      if (profile.rtt_ms[i] >= profile.rtt_ms[farthest]) farthest = i;
+    }
+    for (const auto& [name, index] : {std::pair<std::string, std::size_t>{"near", nearest}, {"far", farthest}}) {
+      const std::string from = base + "n1.m" + std::to_string(index + 1);
+      run.add(base + name + ".p50", run.figures[from + ".p50"].back());
+      run.add(base + name + ".p99", run.figures[from + ".p99"].back());
+      run.add(base + name + ".master", static_cast<double>(index + 1));
+      record[name == "near" ? "nearest_master" : "farthest_master"] = index + 1;
+    }
+
+    char head[160];
+    std::snprintf(head, sizeof(head), "zones %s: N=1 p50 %.0f us (nearest), %.0f us (farthest)", profile.label.c_str(),
+                  n1_p50[nearest], n1_p50[farthest]);
+    std::string progress = head;
+    for (const std::size_t n : {std::size_t{3}, std::size_t{5}}) {
+      const std::size_t quorum = n / 2 + 1;
+      // The physical limit of a majority decision: the quorum-th fastest of these n masters'
+      // own round trips (N=1 through the same proxy, measured just before).
+      std::vector<double> own(n1_p50.begin(), n1_p50.begin() + static_cast<long>(n));
+      std::nth_element(own.begin(), own.begin() + static_cast<long>(quorum - 1), own.end());
+      const double limit_us = own[quorum - 1];
+      const double bound_us = 1.05 * limit_us + 50.0;
+
+      auto client = connect(options_for(proxies.uris(0, n)));
+      Sampled par = sample_parallel(*client, prefix + "q" + std::to_string(n) + ".", warmup, samples);
+      client.reset();
+      Sampled seq = sample_sequential(proxies.uris(0, n), prefix + "s" + std::to_string(n) + ".", warmup, samples);
+      const Percentiles pp = percentiles(par.acquire_us);
+      const Percentiles sp = percentiles(seq.acquire_us);
+      const std::string q = base + "par." + tag(n), s = base + "seq." + tag(n);
+      add_percentiles(run, q, pp);
+      add_percentiles(run, s, sp);
+      run.add(q + ".failed", par.failures);
+      run.add(s + ".failed", seq.failures);
+      run.add(base + "limit." + tag(n), limit_us);
+      run.add(base + "bound." + tag(n), bound_us);
+      run.add(q + ".over_bound", pp.p50 / bound_us);
+      run.add(q + ".over_limit", limit_us > 0 ? pp.p50 / limit_us : 0);
+      run.add(s + ".over_par", pp.p50 > 0 ? sp.p50 / pp.p50 : 0);
+      record["quorum_" + tag(n)] = {{"quorum", quorum}, {"acquire", percentiles_json(pp)}, {"failed", par.failures}};
+      record["sequential_" + tag(n)] = {{"acquire", percentiles_json(sp)}, {"failed", seq.failures}};
+      record["limit_" + tag(n)] = {{"quorum_th_fastest_n1_p50_us", limit_us}, {"bound_us", bound_us},
+                                   {"quorum_p50_over_bound", pp.p50 / bound_us},
+                                   {"sequential_p50_over_quorum_p50", pp.p50 > 0 ? sp.p50 / pp.p50 : 0}};
+      char part[160];
+      std::snprintf(part, sizeof(part), "; N=%zu quorum %.0f us (bound %.0f), sequential %.0f us", n, pp.p50, bound_us,
+                    sp.p50);
+      progress += part;
+    }
+    record["progress"] = progress;
+    run.record(std::move(record));
+  }
+  if (const std::string error = proxies.error(); !error.empty()) {
+    run.note("zones: the delaying proxy failed: " + error);
+  }
 }
 
 void flush_masters(Run& run) {

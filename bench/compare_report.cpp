@@ -67,6 +67,12 @@ std::optional<Spread> ratio(const Run& run, const std::string& top, const std::s
   return spread(values);
 }
 
+// A figure that is already a per-repetition ratio, as a Spread.
+std::optional<Spread> figure(const Run& run, const std::string& key) {
+  if (!run.has(key)) return std::nullopt;
+  return run.get(key);
+}
+
 struct Target {
   std::string name;     // what is compared
   std::string key;      // short id for the JSON
@@ -108,12 +114,72 @@ std::vector<Target> targets(const Run& run) {
                  ratio(run, "frozen.frozen.p99", "frozen.healthy.p99"), "<=", 1.2, ""});
   out.push_back({"acquire p50, 1 of 5 frozen / all healthy", "frozen_over_healthy_p50",
                  ratio(run, "frozen.frozen.p50", "frozen.healthy.p50"), "~", 0, ""});
+  out.push_back({"acquire p50 over TLS / plain, N=5", "tls_over_plain_n5_p50",
+                 ratio(run, "lat.tls.n5.p50", "lat.par.n5.p50"), "<=", 1.15, "after the handshake"});
+  out.push_back({"acquire p99 over TLS / plain, N=5", "tls_over_plain_n5_p99",
+                 ratio(run, "lat.tls.n5.p99", "lat.par.n5.p99"), "~", 0, ""});
+  out.push_back({"acquire+release p50 TLS / plain, N=5", "tls_over_plain_n5_cycle_p50",
+                 ratio(run, "lat.tls.n5.cycle_p50", "lat.par.n5.cycle_p50"), "~", 0, ""});
+  out.push_back({"acquire p50 over TLS / plain, N=1", "tls_over_plain_n1_p50",
+                 ratio(run, "lat.tls.n1.p50", "lat.par.n1.p50"), "~", 0, ""});
+  out.push_back({"reconnect p50, TLS cache on / off", "reconnect_tls_cache_on_over_off_p50",
+                 ratio(run, "rc.tls_session_cache_on.p50", "rc.tls_session_cache_off.p50"), "~", 0,
+                 "< 1 only if resumption worked"});
+  out.push_back({"server CPU per reconnect, TLS cache on / off", "reconnect_tls_cache_on_over_off_server_cpu",
+                 ratio(run, "rc.tls_session_cache_on.server_us_per_drop", "rc.tls_session_cache_off.server_us_per_drop"),
+                 "~", 0, "< 1 only if resumption worked"});
+  out.push_back({"reconnect p50, TLS (cache on) / plain", "reconnect_tls_over_plain_p50",
+                 ratio(run, "rc.tls_session_cache_on.p50", "rc.plain.p50"), "~", 0, ""});
+  out.push_back({"fresh Client to grant p50, TLS / plain", "fresh_connect_tls_over_plain_p50",
+                 ratio(run, "rc.fresh_tls.p50", "rc.fresh_plain.p50"), "~", 0, "full handshake"});
+  for (const std::size_t n : run.config.throughput_ns) {
+    out.push_back({"K=256: masters' CPU used / available, N=" + std::to_string(n),
+                   "throughput_k256_share_of_masters_cpu_n" + std::to_string(n),
+                   figure(run, "tp." + tag(n) + ".k256.share"), n == 5 ? ">=" : "~", 0.9,
+                   n == 5 ? "" : "informational for N != 5"});
+  }
+  for (const std::size_t n : run.config.throughput_ns) {
+    out.push_back({"K=256: masters' CPU / (theirs + idle), N=" + std::to_string(n),
+                   "throughput_k256_share_of_what_others_left_n" + std::to_string(n),
+                   figure(run, "tp." + tag(n) + ".k256.share_left"), "~", 0, "busy machine: what others left"});
+  }
   for (const std::size_t n : run.config.throughput_ns) {
     const auto frac = ratio(run, "tp." + tag(n) + ".k256.cps", "ceil." + tag(n) + ".sets_per_s",
                             [n](double cps, double ceiling) { return cps * 2.0 * static_cast<double>(n) / ceiling; });
-    out.push_back({"throughput K=256 / ceiling, N=" + std::to_string(n), "throughput_k256_over_ceiling_n" +
-                                                                             std::to_string(n),
-                   frac, n == 5 ? ">=" : "~", 0.5, n == 5 ? "" : "informational for N != 5"});
+    out.push_back({"K=256 cycles x 2N / redis-benchmark -P16 SET/s, N=" + std::to_string(n),
+                   "throughput_k256_over_redis_benchmark_n" + std::to_string(n), frac, "~", 0,
+                   "not a ceiling: can exceed 1"});
+  }
+  out.push_back({"CPU per blocking acquire+release, N=5 (us)", "blocking_cycle_cpu_us",
+                 figure(run, "cost.blocking.cpu_us"), "<=", 30, "one lock at a time"});
+  out.push_back({"CPU per blocking cycle / (10 x redis-benchmark -c 1 CPU per request)", "blocking_cycle_over_c_floor_cpu",
+                 ratio(run, "cost.blocking.cpu_us", "rb.floor.cpu_us", [](double cycle, double request) {
+                   return cycle / (10.0 * request);
+                 }),
+                 "~", 0, "a cycle is 10 round trips at N=5; a C client's own loopback cost"});
+  out.push_back({"blocking / async (1 in flight) CPU per cycle, N=5", "blocking_over_async1_cpu",
+                 figure(run, "cost.blocking_over_async1.cpu"), "~", 0, "the thread hand-offs' cost"});
+  out.push_back({"blocking / async (1 in flight) acquire p50, N=5", "blocking_over_async1_acquire_p50",
+                 figure(run, "cost.blocking_over_async1.acquire_p50"), "<=", 1.10, "same run, alternating"});
+  out.push_back({"heap allocations per async cycle, 64 in flight, N=5", "async64_allocs_per_cycle",
+                 figure(run, "cost.async64.allocs"), "<=", 4, "every malloc in the process"});
+  out.push_back({"CPU per async cycle, 64 in flight, N=5 (us)", "async64_cycle_cpu_us",
+                 figure(run, "cost.async64.cpu_us"), "<=", 5, ""});
+  for (const ZoneProfile& profile : zone_profiles()) {
+    for (const std::size_t n : {std::size_t{3}, std::size_t{5}}) {
+      const std::string base = "zone." + profile.id + ".";
+      out.push_back({"quorum p50 / bound N=" + std::to_string(n) + ", " + profile.label,
+                     "zones_" + profile.id + "_quorum_n" + std::to_string(n) + "_over_bound",
+                     figure(run, base + "par." + tag(n) + ".over_bound"), "<=", 1.0, "bound 1.05 x rtt_q + 50 us"});
+    }
+  }
+  for (const ZoneProfile& profile : zone_profiles()) {
+    for (const std::size_t n : {std::size_t{3}, std::size_t{5}}) {
+      const std::string base = "zone." + profile.id + ".";
+      out.push_back({"sequential / quorum p50 N=" + std::to_string(n) + ", " + profile.label,
+                     "zones_" + profile.id + "_sequential_over_quorum_n" + std::to_string(n),
+                     figure(run, base + "seq." + tag(n) + ".over_par"), "~", 0, "how far behind"});
+    }
   }
   return out;
 }
@@ -158,6 +224,9 @@ std::string table(const Run& run, const json& meta) {
     latency_row(n == 1 ? "floor = single node N=1" : "quorum N=" + std::to_string(n) + " (parallel fan-out)",
                 "lat.par." + tag(n), true);
   }
+  for (const std::size_t n : c.tls_ns) {
+    latency_row(n == 1 ? "TLS single node N=1" : "TLS quorum N=" + std::to_string(n), "lat.tls." + tag(n), true);
+  }
   for (const std::size_t n : c.latency_ns) {
     if (n > 1) latency_row("sequential fan-out N=" + std::to_string(n), "lat.seq." + tag(n), false);
   }
@@ -185,29 +254,133 @@ std::string table(const Run& run, const json& meta) {
   }
   line("");
 
+  // 1b. TLS beside plain
+  if (!c.tls_ns.empty() && run.has("lat.tls." + tag(c.tls_ns.front()) + ".p50")) {
+    line("== 1b. TLS (rediss://, verified: CA + IP in the certificate) beside plain, the same servers (each has a");
+    line("   plain and a TLS port), after the handshake (the Client is connected before the first sample)");
+    line("   microseconds; acquire alone and acquire+release (caller's clock); ratio = TLS / plain, per repetition");
+    line(pad("N  series", w0) + pad("acquire p50", w1) + pad("p99", w2) + pad("acq+rel p50", w1) + pad("p99", w2) +
+         "cycles/s");
+    for (const std::size_t n : c.tls_ns) {
+      for (const auto& [label, key] : {std::pair<std::string, std::string>{"plain", "lat.par." + tag(n)},
+                                       {"TLS", "lat.tls." + tag(n)}}) {
+        if (!run.has(key + ".p50")) continue;
+        line(pad(std::to_string(n) + "  " + label, w0) + pad(with_range(run.get(key + ".p50")), w1) +
+             pad(num(run.get(key + ".p99").median), w2) + pad(with_range(run.get(key + ".cycle_p50")), w1) +
+             pad(num(run.get(key + ".cycle_p99").median), w2) + with_range(run.get(key + ".cps")));
+      }
+      const std::string plain = "lat.par." + tag(n), tls = "lat.tls." + tag(n);
+      const auto a50 = ratio(run, tls + ".p50", plain + ".p50"), a99 = ratio(run, tls + ".p99", plain + ".p99");
+      const auto c50 = ratio(run, tls + ".cycle_p50", plain + ".cycle_p50");
+      const auto c99 = ratio(run, tls + ".cycle_p99", plain + ".cycle_p99");
+      const auto r = [](const std::optional<Spread>& v) { return v ? with_range(*v) : std::string("n/a"); };
+      line(pad(std::to_string(n) + "  TLS / plain", w0) + pad(r(a50), w1) + pad(a99 ? num(a99->median) : "n/a", w2) +
+           pad(r(c50), w1) + pad(c99 ? num(c99->median) : "n/a", w2));
+    }
+    line("");
+  }
+
+  // 1c. zones
+  if (run.has("zone." + zone_profiles().front().id + ".near.p50")) {
+    line("== 1c. Single node vs quorum across zones: a delaying proxy (support/delay_proxy.h, in this process) in");
+    line(format("   front of masters 1..5 adds the profile's round trip (half each way); %d acquires per series and",
+                c.zone_samples));
+    line("   repetition, blocking acquire then release, caller's clock, microseconds, median [min..max] over reps.");
+    line("   N=1 near/far: through the nearest / farthest master; quorum: the Client over masters 1..N; sequential:");
+    line("   the model of section 1 over the same proxies. bound = 1.05 x rtt_q + 50 µs, rtt_q = the quorum-th");
+    line("   fastest of the N masters' own N=1 p50 (same repetition): the physical limit of a majority decision");
+    for (const ZoneProfile& profile : zone_profiles()) {
+      const std::string base = "zone." + profile.id + ".";
+      if (!run.has(base + "near.p50")) continue;
+      const auto master = [&](const char* which) { return static_cast<int>(run.get(base + which + ".master").median); };
+      line("   profile: " + profile.label + " (masters 1..5)");
+      line(pad("   series", w0) + pad("p50", w1) + pad("p99", w1) + "p50 vs bound / seq vs quorum");
+      const auto row = [&](const std::string& label, const std::string& key, const std::string& extra) {
+        if (!run.has(key + ".p50")) return;
+        line(pad("   " + label, w0) + pad(with_range(run.get(key + ".p50")), w1) + pad(with_range(run.get(key + ".p99")), w1) +
+             extra);
+      };
+      row(format("N=1 nearest (master %d)", master("near")), base + "near", "");
+      row(format("N=1 farthest (master %d)", master("far")), base + "far", "");
+      for (const std::size_t n : {std::size_t{3}, std::size_t{5}}) {
+        const std::string q = base + "par." + tag(n);
+        std::string extra;
+        if (run.has(q + ".over_bound")) {
+          extra = with_range(run.get(q + ".over_bound")) + " of bound " + num(run.get(base + "bound." + tag(n)).median) +
+                  " (rtt_q " + num(run.get(base + "limit." + tag(n)).median) + ")";
+        }
+        row(format("quorum N=%zu (parallel)", n), q, extra);
+      }
+      for (const std::size_t n : {std::size_t{3}, std::size_t{5}}) {
+        const std::string sq = base + "seq." + tag(n);
+        row(format("sequential N=%zu", n), sq,
+            run.has(sq + ".over_par") ? with_range(run.get(sq + ".over_par")) + " x the quorum's p50" : "");
+      }
+      std::string own = "   N=1 p50 through each master:";
+      for (std::size_t i = 0; i < profile.rtt_ms.size(); ++i) {
+        const std::string key = base + "n1.m" + std::to_string(i + 1) + ".p50";
+        if (run.has(key)) own += format(" %zu: %s", i + 1, num(run.get(key).median).c_str());
+      }
+      line(own);
+    }
+    double failed = 0;
+    for (const auto& [name, values] : run.figures) {
+      if (name.rfind("zone.", 0) == 0 && name.size() > 7 && name.compare(name.size() - 7, 7, ".failed") == 0) {
+        for (const double v : values) failed += v;
+      }
+    }
+    line(format("   failed acquires in all zone series: %.0f", failed));
+    line("");
+  }
+
   // 2. throughput
   line("== 2. Throughput, K locks in flight from one client process (acquire_async -> release_async chains)");
-  line(format("   acquire+release cycles/s over %.2f s windows, and the share of the masters' ceiling measured in this "
-              "run:",
+  line(format("   acquire+release cycles/s over %.2f s windows, and (in brackets) the share of the masters' ceiling:",
               c.throughput_seconds));
-  line("   ceiling = pipelined SETs/s the same N masters took at once (redis-benchmark -P 16 -c 4 per master);");
-  line("   a cycle is 2 commands per master (SET NX PX + EVALSHA release), so share = cycles/s x 2N / ceiling");
-  std::string header = pad("N", 4) + pad("ceiling SET/s", 26);
-  for (const std::size_t k : c.in_flight) header += pad("K=" + std::to_string(k), 22);
+  line("   the masters' CPU busy time in the same window (/proc/PID/task/*/schedstat) / the CPU time available to");
+  line(meta["pinned"].get<bool>()
+           ? "   them: pinned, every redis-server thread is on CPU 1, so 1 CPU x the window"
+           : "   them: not pinned, min(N CPUs (one thread each), the machine's CPUs less this process's CPU) x window");
+  line("   (a share cannot exceed 100%). ceiling = cycles/s / share = available CPU/s / (2N x server CPU per");
+  line("   command in that window); redis-benchmark = cycles/s the masters' -P 16 SET rate would allow (SET/s / 2N,");
+  line("   informational: plain pipelined SETs are cheaper than a lock cycle's SET NX PX + EVALSHA, not a limit)");
+  const std::string top = "K=" + std::to_string(c.in_flight.back());
+  std::string header = pad("N", 4);
+  for (const std::size_t k : c.in_flight) header += pad("K=" + std::to_string(k), 18);
+  header += pad("ceiling at " + top, 26) + "redis-benchmark";
   line(header);
   for (const std::size_t n : c.throughput_ns) {
     const std::string ck = "ceil." + tag(n) + ".sets_per_s";
-    std::string row = pad(std::to_string(n), 4) + pad(run.has(ck) ? with_range(run.get(ck)) : "unavailable", 26);
+    std::string row = pad(std::to_string(n), 4);
     for (const std::size_t k : c.in_flight) {
-      const std::string key = "tp." + tag(n) + ".k" + std::to_string(k) + ".cps";
-      std::string cell = run.has(key) ? num(run.get(key).median) : "-";
-      const auto share = ratio(run, key, ck, [n](double cps, double ceiling) {
-        return cps * 2.0 * static_cast<double>(n) / ceiling;
-      });
-      if (share) cell += format(" (%.0f%%)", share->median * 100.0);
-      row += pad(cell, 22);
+      const std::string key = "tp." + tag(n) + ".k" + std::to_string(k);
+      std::string cell = run.has(key + ".cps") ? num(run.get(key + ".cps").median) : "-";
+      if (run.has(key + ".share")) cell += format(" (%.0f%%)", run.get(key + ".share").median * 100.0);
+      row += pad(cell, 18);
     }
+    const std::string hi = "tp." + tag(n) + ".k" + std::to_string(c.in_flight.back()) + ".ceiling_cps";
+    row += pad(run.has(hi) ? with_range(run.get(hi)) : "-", 26);
+    row += run.has(ck) ? num(run.get(ck).median / (2.0 * static_cast<double>(n))) : "unavailable";
     line(row);
+  }
+  {
+    const std::string hi = "tp." + tag(c.throughput_ns.back()) + ".k" + std::to_string(c.in_flight.back());
+    if (run.has(hi + ".available_cpus")) {
+      line(format("   at N=%zu %s: the masters ran %s CPUs of %s available and waited %s CPUs on run queues (runnable,",
+                  c.throughput_ns.back(), top.c_str(), num(run.get(hi + ".masters_cpus").median).c_str(),
+                  num(run.get(hi + ".available_cpus").median).c_str(),
+                  num(run.get(hi + ".masters_wait_cpus").median).c_str()));
+      line(format("   not running: behind each other or other processes); this process used %s CPUs. Masters and",
+                  num(run.get(hi + ".client_cpus").median).c_str()));
+      line("   client both well short of their CPUs = other processes had them (see the load average above)");
+      if (run.has(hi + ".idle_cpus")) {
+        line(format("   %s in the same windows (/proc/stat): idle %s CPUs, other processes %s CPUs; the masters' share of",
+                    meta["pinned"].get<bool>() ? "CPU 1" : "all CPUs", num(run.get(hi + ".idle_cpus").median).c_str(),
+                    num(run.get(hi + ".others_cpus").median).c_str()));
+        line(format("   what other processes left them (masters / (masters + idle)): %s",
+                    with_range(run.get(hi + ".share_left")).c_str()));
+      }
+    }
   }
   {
     double failed = 0;
@@ -252,18 +425,69 @@ std::string table(const Run& run, const json& meta) {
     line("");
   }
 
+  // 3b. reconnect
+  if (run.has("rc.plain.p50") || run.has("rc.fresh_tls.p50")) {
+    line(format("== 3b. Reconnect, N=1, %d drops (or fresh connects) per series and repetition", c.reconnect_samples));
+    line("   drop = CLIENT KILL TYPE normal on the server; time from its reply to the first granted acquire");
+    line("   (reconnect_min = reconnect_max = 1 ms, command_timeout 1 s); 'failed/drop' = acquires that failed");
+    line("   in between (sent on the dead connection). The library always offers its cached TLS session on a");
+    line("   reconnect (no option turns that off); the server's tls-session-caching turns resumption off.");
+    line("   fresh = a new Client each time (no cached session: full handshake), constructor start to the first");
+    line("   grant (the acquire is sent as soon as the constructor returns and waits while it connects)");
+    line("   srv/drop = redis-server CPU per drop (µs; accept, TLS handshake, the library's INFO/CONFIG GET, and");
+    line("   one acquire+release before and after): a resumed TLS handshake saves the server its signature");
+    line(pad("series", w0 + 10) + pad("p50 µs", w1) + pad("p90", w2) + pad("p99", w2) + pad("max", w2) +
+         pad("failed/drop", 12) + "srv/drop");
+    for (const auto& [label, key] :
+         {std::pair<std::string, std::string>{"drop -> grant, plain", "rc.plain"},
+          {"drop -> grant, TLS, server cache on", "rc.tls_session_cache_on"},
+          {"drop -> grant, TLS, server cache off", "rc.tls_session_cache_off"},
+          {"fresh Client -> grant, plain", "rc.fresh_plain"},
+          {"fresh Client -> grant, TLS", "rc.fresh_tls"}}) {
+      if (!run.has(key + ".p50")) continue;
+      const bool drop = key.find("fresh") == std::string::npos;
+      line(pad(label, w0 + 10) + pad(with_range(run.get(key + ".p50")), w1) + pad(num(run.get(key + ".p90").median), w2) +
+           pad(num(run.get(key + ".p99").median), w2) + pad(num(run.get(key + ".max").median), w2) +
+           pad(drop ? num(run.get(key + ".failed_attempts").median) : "-", 12) +
+           (run.has(key + ".server_us_per_drop") ? with_range(run.get(key + ".server_us_per_drop")) : "-"));
+    }
+    if (run.has("rc.fresh_tls.ctor_p50")) {
+      line(format("   Client constructor alone, p50: plain %s µs, TLS %s µs (TLS builds the OpenSSL context, loads the CA)",
+                  num(run.get("rc.fresh_plain.ctor_p50").median).c_str(),
+                  num(run.get("rc.fresh_tls.ctor_p50").median).c_str()));
+    }
+    double no_grant = 0;
+    for (const char* key : {"rc.plain.failed", "rc.tls_session_cache_on.failed", "rc.tls_session_cache_off.failed",
+                            "rc.fresh_plain.failed", "rc.fresh_tls.failed"}) {
+      const auto it = run.figures.find(key);
+      if (it != run.figures.end()) {
+        for (const double v : it->second) no_grant += v;
+      }
+    }
+    line(format("   drops without a grant within 5 s (or fresh Clients whose first acquire failed), all series: %.0f",
+                no_grant));
+    line("");
+  }
+
   // 4. client cost
   if (run.has("cost.blocking.cpu_us")) {
     line("== 4. Client cost per acquire+release cycle, N=5 (this process: caller + loop thread)");
-    line("   CPU = getrusage(RUSAGE_SELF) user+sys; allocations = global operator new calls (malloc inside hiredis");
-    line("   and libuv is not counted); redis-server CPU is not included");
-    line(pad("mode", w0) + pad("CPU us/cycle", w1) + pad("of which system", 17) + pad("operator new/cycle", w1) +
-         "bytes/cycle");
+    line("   CPU = getrusage(RUSAGE_SELF) user+sys; allocations = heap allocations, every malloc in the process");
+    line("   (operator new, hiredis, libuv and the bench alike: bench/alloc_counter.h); redis-server CPU not included");
+    line("   switches = context switches of the process (each a sleep or a preemption); r/w calls = read- and");
+    line("   write-family system calls (/proc/self/io: epoll_wait and futex are not among them)");
+    line(pad("mode", w0) + pad("CPU us/cycle", w1) + pad("of which system", 17) + pad("heap allocs/cycle", w1) +
+         pad("bytes/cycle", 13) + pad("switches", 10) + pad("r/w calls", 11) + "acquire p50 us");
     for (const auto& [label, key] : {std::pair<std::string, std::string>{"blocking, 1 in flight", "cost.blocking"},
+                                     {"async, 1 in flight", "cost.async1"},
                                      {"async, 64 in flight", "cost.async64"}}) {
+      if (!run.has(key + ".cpu_us")) continue;
       line(pad(label, w0) + pad(with_range(run.get(key + ".cpu_us")), w1) + pad(num(run.get(key + ".sys_us").median), 17) +
-           pad(with_range(run.get(key + ".allocs")), w1) + num(run.get(key + ".bytes").median));
+           pad(with_range(run.get(key + ".allocs")), w1) + pad(num(run.get(key + ".bytes").median), 13) +
+           pad(num(run.get(key + ".switches").median), 10) + pad(num(run.get(key + ".rw_calls").median), 11) +
+           (run.has(key + ".acquire_p50") ? with_range(run.get(key + ".acquire_p50")) : std::string("-")));
     }
+    line("   blocking and async x1 alternate in halves of the same cycles; async x1 calls from the callbacks");
     line("");
   }
 
@@ -345,6 +569,14 @@ struct Series {
   int dash;
 };
 
+// The series of the zones plot: figure-name part and title, in plotting order.
+const std::vector<std::pair<std::string, std::string>>& zone_series() {
+  static const std::vector<std::pair<std::string, std::string>> series = {
+      {"near", "N=1 nearest"}, {"far", "N=1 farthest"}, {"par.n3", "quorum N=3"},
+      {"par.n5", "quorum N=5"}, {"seq.n3", "sequential N=3"}, {"seq.n5", "sequential N=5"}};
+  return series;
+}
+
 std::string gnuplot_script(const Run& run, const std::filesystem::path& dir, const std::string& terminal,
                            const std::string& ext, std::vector<std::string>& outputs) {
   const Config& c = run.config;
@@ -369,6 +601,12 @@ std::string gnuplot_script(const Run& run, const std::filesystem::path& dir, con
     if (run.cdf.count(label) != 0) latency.push_back({label, dir / ("cdf_" + slug(label) + ".dat"), color, 2});
     ++color;
   }
+  for (const std::size_t n : c.tls_ns) {  // dotted, in the colour of the same N's plain series
+    const std::string label = "TLS N=" + std::to_string(n);
+    const auto at = std::find(c.latency_ns.begin(), c.latency_ns.end(), n);
+    const int same_n = static_cast<int>(at - c.latency_ns.begin());
+    if (run.cdf.count(label) != 0) latency.push_back({label, dir / ("cdf_" + slug(label) + ".dat"), same_n, 3});
+  }
   const auto plot_cdf = [&](const std::vector<Series>& series, const std::string& name, const std::string& title,
                             bool tail) {
     const auto file = dir / (name + "." + ext);
@@ -390,7 +628,8 @@ std::string gnuplot_script(const Run& run, const std::filesystem::path& dir, con
     s += "\nset autoscale y\nunset yrange\n";
   };
   if (!latency.empty()) {
-    plot_cdf(latency, "latency_cdf", "Acquire latency CDF: single node vs quorum (parallel, solid) vs sequential fan-out (dashed)",
+    plot_cdf(latency, "latency_cdf",
+             "Acquire latency CDF: single node vs quorum (parallel, solid) vs sequential fan-out (dashed) vs TLS (dotted)",
              false);
     plot_cdf(latency, "latency_tail", "Acquire latency tail (1 - CDF): single node vs quorum vs sequential", true);
   }
@@ -404,7 +643,8 @@ std::string gnuplot_script(const Run& run, const std::filesystem::path& dir, con
   const auto file = dir / ("throughput." + ext);
   outputs.push_back(file.string());
   s += "\nset output " + quoted(file) + "\n";
-  s += "set title 'Throughput vs locks in flight (one client); dashed: the masters ceiling in cycles/s (SET/s / 2N)'\n";
+  s += "set title \"Throughput vs locks in flight (one client); dashed: the masters' CPU ceiling at that K; dotted: "
+       "redis-benchmark -P16 SET/s / 2N (informational)\"\n";
   s += "set xlabel 'locks in flight K (log scale)'\nset ylabel 'acquire+release cycles per second'\n";
   s += "set logscale x 2\nunset logscale y\nset yrange [0:*]\nset key top right box opaque\n";
   s += "set xrange [" + std::to_string(c.in_flight.front()) + "/1.4:" + std::to_string(c.in_flight.back()) +
@@ -420,24 +660,68 @@ std::string gnuplot_script(const Run& run, const std::filesystem::path& dir, con
     s += (first ? "" : ", \\\n     ") + quoted(data) + " using 1:2:3:4 with yerrorlines lw 2 lc rgb '" + rgb +
          "' title 'N=" + std::to_string(n) + "'";
     first = false;
-    if (run.has("ceil." + tag(n) + ".sets_per_s")) {
+    if (run.has("tp." + tag(n) + ".k" + std::to_string(c.in_flight.back()) + ".ceiling_cps")) {
       s += ", \\\n     " + quoted(data) + " using 1:5 with lines dt 2 lw 1 lc rgb '" + rgb + "' title 'N=" +
-           std::to_string(n) + " ceiling'";
+           std::to_string(n) + " CPU ceiling'";
+    }
+    if (run.has("ceil." + tag(n) + ".sets_per_s")) {
+      s += ", \\\n     " + quoted(data) + " using 1:6 with lines dt 3 lw 1 lc rgb '" + rgb + "' title 'N=" +
+           std::to_string(n) + " redis-benchmark'";
     }
   }
   s += "\n";
+
+  // Zones: acquire p50 per profile, one bar per series, error bars min..max of the repetitions.
+  if (run.has("zone." + zone_profiles().front().id + ".near.p50")) {
+    const auto zones = dir / ("zones." + ext);
+    outputs.push_back(zones.string());
+    const auto data = dir / "zones.dat";
+    s += "\nset output " + quoted(zones) + "\n";
+    s += "set title 'Single node vs quorum across zones: acquire p50 per round-trip profile (bars: median, "
+         "error bars: min..max of the repetitions)'\n";
+    s += "set xlabel 'round trips added in front of masters 1..5'\nset ylabel 'acquire p50, ms (log scale)'\n";
+    s += "unset logscale x\nset autoscale x\nset xtics auto\nset logscale y\nset yrange [0.1:*]\n";
+    s += "set key top left box opaque\nset style data histogram\nset style histogram errorbars gap 2 lw 1\n";
+    s += "set style fill solid 0.7 border -1\nset boxwidth 0.9\nplot ";
+    int column = 2;
+    int bar = 0;
+    for (const auto& [key, title] : zone_series()) {
+      s += (column == 2 ? "" : ", \\\n     ") + quoted(data) + " using " + std::to_string(column) + ":" +
+           std::to_string(column + 1) + ":" + std::to_string(column + 2) + (column == 2 ? ":xtic(1)" : "") +
+           " title '" + title + "' lc rgb '" + kColors[bar % 8] + "'";
+      column += 3;
+      ++bar;
+    }
+    s += "\nset style data lines\nset style fill empty\nunset logscale y\nset autoscale y\n";
+  }
   return s;
 }
 
 void write_plot_data(const Run& run, const std::filesystem::path& dir) {
   for (const auto& [label, samples] : run.cdf) write_cdf(dir / ("cdf_" + slug(label) + ".dat"), samples);
+  if (run.has("zone." + zone_profiles().front().id + ".near.p50")) {
+    std::ofstream out(dir / "zones.dat");
+    out << "# profile, then per series (";
+    for (const auto& [key, title] : zone_series()) out << title << "; ";
+    out << ") acquire p50 in ms: median min max over the repetitions\n";
+    for (const ZoneProfile& profile : zone_profiles()) {
+      out << '"' << profile.label << '"';
+      for (const auto& [key, title] : zone_series()) {
+        const Spread p = run.get("zone." + profile.id + "." + key + ".p50");
+        out << ' ' << p.median / 1000.0 << ' ' << p.min / 1000.0 << ' ' << p.max / 1000.0;
+      }
+      out << '\n';
+    }
+  }
   for (const std::size_t n : run.config.throughput_ns) {
     std::ofstream out(dir / ("throughput_" + tag(n) + ".dat"));
-    out << "# in_flight  cycles_per_s_median  min  max  ceiling_in_cycles_per_s\n";
+    out << "# in_flight  cycles_per_s_median  min  max  masters_cpu_ceiling_cycles_per_s  "
+           "redis_benchmark_sets_per_s_over_2n\n";
     const Spread ceiling = run.get("ceil." + tag(n) + ".sets_per_s");
     for (const std::size_t k : run.config.in_flight) {
-      const Spread s = run.get("tp." + tag(n) + ".k" + std::to_string(k) + ".cps");
-      out << k << ' ' << s.median << ' ' << s.min << ' ' << s.max << ' '
+      const std::string key = "tp." + tag(n) + ".k" + std::to_string(k);
+      const Spread s = run.get(key + ".cps");
+      out << k << ' ' << s.median << ' ' << s.min << ' ' << s.max << ' ' << run.get(key + ".ceiling_cps").median << ' '
           << ceiling.median / (2.0 * static_cast<double>(n)) << '\n';
     }
   }

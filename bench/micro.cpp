@@ -6,11 +6,13 @@
 // Token generation, command encoding and the quorum tally live in lib/detail, which bench/
 // does not include: they are measured end-to-end (BM_AcquireRelease_*, BM_AcquireTaken_N5,
 // BM_HandOff_InvalidResource) and, for the token, by the syscall it is made of
-// (BM_Getrandom16). Every benchmark reports `news/op`: global operator new calls per
-// iteration, all threads (alloc_counter.cpp).
+// (BM_Getrandom16). Every benchmark that allocates reports `allocs/op`: heap allocations per
+// iteration, every malloc of the process, all threads, hiredis and libuv included
+// (alloc_counter.h); batches also report `allocs/cycle` and `cpu_us/cycle` (process CPU).
 //
 //   redlock_micro [--pin] [Google Benchmark flags, e.g. --benchmark_filter=AcquireRelease]
 #include <sys/random.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <csignal>
@@ -66,21 +68,50 @@ std::unique_ptr<Client> connect(std::size_t n) {
   return client;
 }
 
-// Reports operator new calls per iteration since `start`.
+// CPU time of this whole process (every thread: the caller and the Client's loop thread).
+struct ProcessCpu {
+  std::chrono::microseconds user{0};
+  std::chrono::microseconds system{0};
+};
+ProcessCpu process_cpu() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto us = [](const timeval& tv) { return std::chrono::seconds(tv.tv_sec) + std::chrono::microseconds(tv.tv_usec); };
+  return {us(usage.ru_utime), us(usage.ru_stime)};
+}
+
+// Reports heap allocations per iteration since construction: `allocs/op`, every malloc of
+// the process, all threads (alloc_counter.h). Given the cycles of one iteration (a batch),
+// also `allocs/cycle`, `cpu_us/cycle` (process CPU, user + system) and `user_us/cycle` (user
+// only: the kernel's part is mostly loopback TCP, which on this machine delivers the
+// masters' packets in our system time too).
 class AllocScope {
  public:
-  explicit AllocScope(benchmark::State& state) : state_(state), start_(bench::alloc_count()) {}
+  explicit AllocScope(benchmark::State& state) : AllocScope(state, 0) {}
+  AllocScope(benchmark::State& state, std::int64_t cycles_per_iteration)
+      : state_(state), per_iteration_(cycles_per_iteration), start_(bench::alloc_count()), cpu_start_(process_cpu()) {}
   ~AllocScope() {
     const auto end = bench::alloc_count();
-    state_.counters["news/op"] =
-        benchmark::Counter(static_cast<double>(end.calls - start_.calls), benchmark::Counter::kAvgIterations);
+    const ProcessCpu now = process_cpu();
+    const auto user = now.user - cpu_start_.user;
+    const auto cpu = user + (now.system - cpu_start_.system);
+    const auto calls = static_cast<double>(end.calls - start_.calls);
+    state_.counters["allocs/op"] = benchmark::Counter(calls, benchmark::Counter::kAvgIterations);
+    if (per_iteration_ > 0 && state_.iterations() > 0) {
+      const auto cycles = static_cast<double>(state_.iterations()) * static_cast<double>(per_iteration_);
+      state_.counters["allocs/cycle"] = calls / cycles;
+      state_.counters["cpu_us/cycle"] = static_cast<double>(cpu.count()) / cycles;
+      state_.counters["user_us/cycle"] = static_cast<double>(user.count()) / cycles;
+    }
   }
   AllocScope(const AllocScope&) = delete;
   AllocScope& operator=(const AllocScope&) = delete;
 
  private:
   benchmark::State& state_;
-  bench::AllocCount start_;
+  const std::int64_t per_iteration_;
+  const bench::AllocCount start_;
+  const ProcessCpu cpu_start_;
 };
 
 // ---------------------------------------------------------------------- over the network
@@ -169,25 +200,33 @@ BENCHMARK(BM_AcquireTaken_N5)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // K acquire_async -> release_async cycles started together; the iteration ends when all K
 // have completed. items_per_second = cycles per second with K in flight (batch-synchronous;
-// redlock_compare measures the steady-state pipeline).
-void BM_AcquireReleaseBatch_N5(benchmark::State& state) {
+// redlock_compare measures the steady-state pipeline). `name` makes each resource name.
+template <typename MakeName>
+void acquire_release_batch(benchmark::State& state, MakeName name) {
   auto client = connect(5);
   const auto k = static_cast<std::ptrdiff_t>(state.range(0));
   std::atomic<std::uint64_t> failed{0};
   {
-    const AllocScope allocs(state);
+    const AllocScope allocs(state, k);
     for (auto _ : state) {
       std::latch all_done(k);
+      // The callbacks capture one pointer, which fits in std::function's own storage: the
+      // harness adds no allocation of its own to the library's (three references would).
+      struct Batch {
+        Client& client;
+        std::atomic<std::uint64_t>& failed;
+        std::latch& all_done;
+      } batch{*client, failed, all_done};
       for (std::ptrdiff_t i = 0; i < k; ++i) {
-        client->acquire_async(fresh_name(), [&](Result r) {
+        client->acquire_async(name(), [b = &batch](Result r) {
           if (!r) {
-            failed.fetch_add(1);
-            all_done.count_down();
+            b->failed.fetch_add(1);
+            b->all_done.count_down();
             return;
           }
-          client->release_async(std::move(*r.lock), [&](Result released) {
-            if (!released) failed.fetch_add(1);
-            all_done.count_down();
+          b->client.release_async(std::move(*r.lock), [b](Result released) {
+            if (!released) b->failed.fetch_add(1);
+            b->all_done.count_down();
           });
         });
       }
@@ -197,7 +236,75 @@ void BM_AcquireReleaseBatch_N5(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * k);
   state.counters["failed"] = static_cast<double>(failed.load());
 }
+
+// Short resource names (the key fits std::string's small buffer).
+void BM_AcquireReleaseBatch_N5(benchmark::State& state) { acquire_release_batch(state, fresh_name); }
 BENCHMARK(BM_AcquireReleaseBatch_N5)->Arg(1)->Arg(16)->Arg(64)->Arg(256)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The same with a realistic resource name (over std::string's small buffer: the caller's
+// name, the Lock's resource and key each cost an allocation the caller asked for).
+void BM_AcquireReleaseBatchLongName_N5(benchmark::State& state) {
+  acquire_release_batch(state, [] { return "orders:customer-4711:invoice-" + fresh_name(); });
+}
+BENCHMARK(BM_AcquireReleaseBatchLongName_N5)->Arg(1)->Arg(64)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// K extend_async of K held locks started together (a lease's renewal, without the lease):
+// one round each; the Lock goes back in for the next iteration. A lock whose extend failed
+// is taken again, untimed (`failed` counts them).
+void BM_ExtendBatch_N5(benchmark::State& state) {
+  auto client = connect(5);
+  const auto k = static_cast<std::size_t>(state.range(0));
+  std::vector<redlock::Lock> locks;
+  for (std::size_t i = 0; i < k; ++i) {
+    redlock::AcquireOptions hold = with_retries();
+    hold.ttl = 60s;
+    Result r = client->acquire(fresh_name(), hold);
+    if (!r) {
+      state.SkipWithError("could not take the locks to extend");
+      return;
+    }
+    locks.push_back(std::move(*r.lock));
+  }
+  std::atomic<std::uint64_t> failed{0};
+  {
+    const AllocScope allocs(state, static_cast<std::int64_t>(k));
+    for (auto _ : state) {
+      std::latch all_done(static_cast<std::ptrdiff_t>(k));
+      struct Batch {
+        std::atomic<std::uint64_t>& failed;
+        std::latch& all_done;
+      } batch{failed, all_done};
+      for (std::size_t i = 0; i < k; ++i) {
+        redlock::Lock* slot = &locks[i];
+        // Moved in and out: extending costs no copy of the Lock. (Two pointers: no allocation.)
+        client->extend_async(std::move(*slot), [b = &batch, slot](Result r) {
+          if (r) {
+            *slot = std::move(*r.lock);
+          } else {
+            b->failed.fetch_add(1);  // (a timeout on a busy machine): the slot is refilled below
+          }
+          b->all_done.count_down();
+        });
+      }
+      all_done.wait();
+      for (auto& lock : locks) {
+        if (!lock.token.empty()) continue;
+        state.PauseTiming();  // (its allocations still count: see `failed`)
+        redlock::AcquireOptions hold = with_retries();
+        hold.ttl = 60s;
+        Result r = client->acquire(fresh_name(), hold);
+        if (r) lock = std::move(*r.lock);
+        state.ResumeTiming();
+      }
+    }
+  }
+  for (const auto& lock : locks) {
+    if (!lock.token.empty()) client->release(lock);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(k));
+  state.counters["failed"] = static_cast<double>(failed.load());
+}
+BENCHMARK(BM_ExtendBatch_N5)->Arg(1)->Arg(64)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // ---------------------------------------------------------------------- no network
 

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sys.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <spawn.h>
@@ -94,24 +97,48 @@ int pin_process(pid_t pid, int cpu) {
   return pinned;
 }
 
-long long process_run_ns(pid_t pid) {
-  if (pid <= 0) return -1;
+SchedNs process_sched_ns(pid_t pid) {
+  if (pid <= 0) return {};
   const std::string dir = "/proc/" + std::to_string(pid) + "/task";
   DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return -1;
-  long long total = 0;
+  if (d == nullptr) return {};
+  SchedNs total{0, 0};
   bool any = false;
   while (const dirent* entry = ::readdir(d)) {
     if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
     std::ifstream in(dir + "/" + entry->d_name + "/schedstat");
-    long long ns = 0;
-    if (in >> ns) {
-      total += ns;
+    long long run = 0, wait = 0;
+    if (in >> run >> wait) {
+      total.run += run;
+      total.wait += wait;
       any = true;
     }
   }
   ::closedir(d);
-  return any ? total : -1;
+  return any ? total : SchedNs{};
+}
+
+long long process_run_ns(pid_t pid) { return process_sched_ns(pid).run; }
+
+std::vector<CpuStat> cpu_stats() {
+  std::vector<CpuStat> out;
+  std::ifstream in("/proc/stat");
+  const double tick = 1.0 / static_cast<double>(std::max(1L, ::sysconf(_SC_CLK_TCK)));
+  std::string line;
+  while (std::getline(in, line)) {
+    // "cpuN user nice system idle iowait irq softirq steal ..." (the "cpu " total is skipped)
+    if (line.rfind("cpu", 0) != 0 || line.size() < 4 || line[3] < '0' || line[3] > '9') continue;
+    std::istringstream fields(line.substr(3));
+    std::size_t cpu = 0;
+    long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+    if (!(fields >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq)) continue;
+    fields >> steal;  // absent on old kernels
+    if (out.size() <= cpu) out.resize(cpu + 1);
+    out[cpu].busy_s = static_cast<double>(user + nice + system + irq + softirq) * tick;
+    out[cpu].idle_s = static_cast<double>(idle + iowait) * tick;
+    out[cpu].steal_s = static_cast<double>(steal) * tick;
+  }
+  return out;
 }
 
 // ------------------------------------------------------------------ resource usage
@@ -126,6 +153,22 @@ CpuTimes process_cpu() {
 }
 
 double process_cpu_seconds() { return process_cpu().total(); }
+
+KernelCounts process_kernel_counts() {
+  KernelCounts counts;
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  counts.voluntary_switches = static_cast<double>(usage.ru_nvcsw);
+  counts.involuntary_switches = static_cast<double>(usage.ru_nivcsw);
+  std::ifstream io("/proc/self/io");
+  std::string name;
+  double value = 0;
+  while (io >> name >> value) {
+    if (name == "syscr:") counts.read_calls = value;
+    if (name == "syscw:") counts.write_calls = value;
+  }
+  return counts;
+}
 
 
 long maxrss_kib() {
@@ -197,6 +240,25 @@ std::pair<std::string, bool> run_capture(const std::vector<std::string>& argv) {
   auto child = spawn_capture(argv);
   if (!child) return {{}, false};
   return finish(*child);
+}
+
+// ------------------------------------------------------------------ ports
+
+std::uint16_t free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  std::uint16_t port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  ::close(fd);
+  return port;
 }
 
 // ------------------------------------------------------------------ redis-benchmark

@@ -53,6 +53,20 @@ int pin_process(pid_t pid, int cpu);
 // Nanoseconds process `pid` has run on a CPU, summed over its threads
 // (/proc/PID/task/*/schedstat, first field); -1 if unavailable.
 long long process_run_ns(pid_t pid);
+// The same plus the time its threads waited on a run queue, runnable but not running
+// (second field); both -1 if unavailable.
+struct SchedNs {
+  long long run = -1, wait = -1;
+};
+SchedNs process_sched_ns(pid_t pid);
+
+// Per CPU (index = CPU number): seconds busy (user, nice, system, irq, softirq), idle (idle,
+// iowait) and stolen by the hypervisor since boot, from /proc/stat (USER_HZ ticks, 10 ms);
+// empty if unavailable.
+struct CpuStat {
+  double busy_s = 0, idle_s = 0, steal_s = 0;
+};
+std::vector<CpuStat> cpu_stats();
 
 // ---- resource usage of this process
 
@@ -61,6 +75,13 @@ struct CpuTimes {
   [[nodiscard]] double total() const { return user + system; }
 };
 CpuTimes process_cpu();        // all threads of this process (getrusage RUSAGE_SELF)
+// What the kernel did for this process (all threads): context switches (getrusage
+// ru_nvcsw + ru_nivcsw: each is one sleep or preemption) and read- and write-family system
+// calls (/proc/self/io syscr, syscw; epoll_wait and futex are not in them).
+struct KernelCounts {
+  double voluntary_switches = 0, involuntary_switches = 0, read_calls = 0, write_calls = 0;
+};
+KernelCounts process_kernel_counts();
 double process_cpu_seconds();  // process_cpu().total()
 using redlock::support::hwm_kib;        // support/process_memory.h: VmRSS, VmHWM, resetting VmHWM
 using redlock::support::reset_hwm;
@@ -83,6 +104,12 @@ std::optional<Child> spawn_capture(const std::vector<std::string>& argv);
 std::pair<std::string, bool> finish(Child child);
 // spawn_capture + finish.
 std::pair<std::string, bool> run_capture(const std::vector<std::string>& argv);
+
+// ---- ports
+
+// A TCP port of 127.0.0.1 that was free a moment ago (bound to port 0, read, closed), or 0.
+// Racy by nature: whoever listens on it next must cope with losing the race.
+std::uint16_t free_loopback_port();
 
 // ---- redis-benchmark
 

@@ -18,7 +18,54 @@ struct Grant {
   std::int64_t granted_ns = 0;
   std::int64_t deadline_ns = kNever;
   std::int64_t release_ns = kNever;
+  // Leases: kept from lease_start on; the deadlines as the lease moved them; the loss signal
+  // (kNever: none) and its reason.
+  struct Sighting {
+    std::int64_t seen_ns;     // when the holder saw it (or on_lost reported it)
+    std::int64_t deadline_ns;
+    std::int64_t started_ns;  // when the round that made it was sent (0: unknown)
+  };
+  bool leased = false;
+  std::vector<Sighting> sightings;
+  std::int64_t loss_ns = kNever;
+  std::string loss_reason;
   [[nodiscard]] std::int64_t end() const { return std::min(release_ns, deadline_ns); }
+  void learn_deadline(const Event& e) {
+    if (e.deadline_ns == 0) return;
+    sightings.push_back({e.t_ns, e.deadline_ns, e.started_ns});
+    deadline_ns = deadline_ns == kNever ? e.deadline_ns : std::max(deadline_ns, e.deadline_ns);
+  }
+  // The lease's deadline as a step function: (from, deadline in force from then on), both
+  // non-decreasing. A deadline counts from when it was seen, except that one made by a
+  // round sent before the deadline then in force runs on from it without a gap: that round
+  // found the key on a quorum before it expired anywhere, and its validity counts from its
+  // own start, so the holder seeing it late (its thread not scheduled) is no lapse of the
+  // lease. A round sent after the deadline leaves a gap, and so does an unknown start.
+  [[nodiscard]] std::vector<std::pair<std::int64_t, std::int64_t>> steps() const {
+    std::vector<Sighting> by_time = sightings;
+    std::stable_sort(by_time.begin(), by_time.end(),
+                     [](const Sighting& a, const Sighting& b) { return a.seen_ns < b.seen_ns; });
+    std::vector<std::pair<std::int64_t, std::int64_t>> out;
+    for (const Sighting& s : by_time) {
+      if (out.empty()) {
+        out.emplace_back(s.seen_ns, s.deadline_ns);
+        continue;
+      }
+      const auto [from, current] = out.back();
+      if (s.deadline_ns <= current) continue;
+      const bool seamless = s.started_ns != 0 && s.started_ns < current;
+      out.emplace_back(std::max(from, seamless ? std::min(s.seen_ns, current) : s.seen_ns), s.deadline_ns);
+    }
+    return out;
+  }
+  // The deadline in force at `t` (kNever before the first one).
+  [[nodiscard]] std::int64_t deadline_at(std::int64_t t) const {
+    std::int64_t d = kNever;
+    for (const auto& [from, deadline] : steps()) {
+      if (from <= t) d = deadline;
+    }
+    return d;
+  }
 };
 
 struct Occupancy {
@@ -134,18 +181,29 @@ std::string_view to_string(ViolationKind kind) noexcept {
     case ViolationKind::mutual_exclusion: return "mutual_exclusion";
     case ViolationKind::oracle: return "oracle";
     case ViolationKind::fencing: return "fencing";
+    case ViolationKind::unsignalled_overrun: return "unsignalled_overrun";
+    case ViolationKind::late_loss_signal: return "late_loss_signal";
   }
   return "unknown";
 }
 
-std::size_t CheckReport::count(ViolationKind kind) const {
+namespace {
+// The counter of `kind` in `report` (const or not).
+template <class Report>
+auto& counter_of(Report& report, ViolationKind kind) {
   switch (kind) {
-    case ViolationKind::mutual_exclusion: return mutual_exclusion_violations;
-    case ViolationKind::oracle: return oracle_violations;
-    case ViolationKind::fencing: return fencing_violations;
+    case ViolationKind::mutual_exclusion: return report.mutual_exclusion_violations;
+    case ViolationKind::oracle: return report.oracle_violations;
+    case ViolationKind::fencing: return report.fencing_violations;
+    case ViolationKind::unsignalled_overrun: return report.unsignalled_overrun_violations;
+    case ViolationKind::late_loss_signal: return report.late_loss_signal_violations;
   }
-  return 0;
+  return report.fencing_violations;  // not reached: every kind is listed
 }
+}  // namespace
+
+std::size_t CheckReport::count(ViolationKind kind) const { return counter_of(*this, kind); }
+std::size_t& CheckReport::count(ViolationKind kind) { return counter_of(*this, kind); }
 
 CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions& options) {
   std::vector<Event> history = unsorted;
@@ -157,7 +215,9 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
   std::vector<FaultSpan> faults;
   std::vector<Write> writes;
   std::map<std::pair<int, std::string>, std::size_t> open_grant;  // (process, token) -> index
+  std::map<std::pair<int, std::string>, std::size_t> any_grant;   // ... released or not
   std::map<int, std::size_t> open_occupancy;                      // process -> index
+  std::map<std::pair<int, std::string>, std::size_t> occupancy_of;  // (process, token) -> last index
   std::map<std::int64_t, std::size_t> open_fault;
   std::set<int> processes;
   std::map<std::string, std::int64_t> last_acquire_ns;  // resource -> last acquire event
@@ -185,8 +245,10 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
         g.token = e.token;
         g.fence = e.fence;
         g.granted_ns = e.t_ns;
-        g.deadline_ns = e.deadline_ns != 0 ? e.deadline_ns : kNever;
+        g.deadline_ns = kNever;
+        g.learn_deadline(e);
         open_grant[{e.process, e.token}] = grants.size();
+        any_grant[{e.process, e.token}] = grants.size();
         grants.push_back(std::move(g));
         break;
       }
@@ -202,6 +264,7 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
         o.fence = e.fence;
         o.enter_ns = e.t_ns;
         open_occupancy[e.process] = occupancies.size();
+        occupancy_of[{e.process, e.token}] = occupancies.size();
         occupancies.push_back(std::move(o));
         break;
       }
@@ -225,6 +288,27 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
         break;
       }
       case EventType::fault_end: close_span(open_fault, e.fault_id, faults, &FaultSpan::end_ns, e.t_ns); break;
+      case EventType::lease_start:
+      case EventType::lease_renewed:
+      case EventType::lease_lost: {
+        if (e.type == EventType::lease_start) ++report.leases;
+        if (e.type == EventType::lease_renewed) ++report.lease_renewals;
+        if (e.type == EventType::lease_lost) {
+          ++report.losses_signalled;
+          ++report.losses_by_reason[e.detail.empty() ? "?" : e.detail];
+        }
+        // A loss may be signalled while the release is under way: look among released grants too.
+        const auto it = any_grant.find({e.process, e.token});
+        if (it == any_grant.end()) break;
+        Grant& g = grants[it->second];
+        g.leased = true;
+        g.learn_deadline(e);
+        if (e.type == EventType::lease_lost && g.loss_ns == kNever) {
+          g.loss_ns = e.t_ns;
+          g.loss_reason = e.detail;
+        }
+        break;
+      }
     }
   }
   report.processes = processes.size();
@@ -236,13 +320,63 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
   report.longest_no_grant_ns = longest_no_grant(grants, last_acquire_ns);
 
   auto add = [&](Violation v) {
-    switch (v.kind) {
-      case ViolationKind::mutual_exclusion: ++report.mutual_exclusion_violations; break;
-      case ViolationKind::oracle: ++report.oracle_violations; break;
-      case ViolationKind::fencing: ++report.fencing_violations; break;
-    }
+    ++report.count(v.kind);
     if (report.violations.size() < options.max_listed) report.violations.push_back(std::move(v));
   };
+
+  // Leases: overruns and late loss signals, one grant at a time.
+  for (const Grant& g : grants) {
+    if (!g.leased) continue;
+    if (g.loss_ns != kNever) {
+      const std::int64_t deadline = g.deadline_at(g.loss_ns);
+      if (deadline != kNever && g.loss_ns - deadline > options.tolerance_ns) {
+        Violation v;
+        v.kind = ViolationKind::late_loss_signal;
+        v.resource = g.resource;
+        v.process_a = g.process;
+        v.token_a = g.token;
+        v.fence_a = g.fence;
+        v.overlap_start_ns = deadline;
+        v.overlap_end_ns = g.loss_ns;
+        v.faults = active_faults(faults, g.granted_ns, g.loss_ns);
+        v.description = "process " + std::to_string(g.process) + "'s lease loss (" + g.loss_reason +
+                        ") was signalled " + ms(g.loss_ns - deadline) + " after its deadline";
+        add(std::move(v));
+      }
+    }
+    const auto occupancy = occupancy_of.find({g.process, g.token});
+    if (occupancy == occupancy_of.end()) continue;
+    const Occupancy& o = occupancies[occupancy->second];
+    // The holder's deadline is a step function of the time it learned each one; it overran
+    // when it was inside past the deadline in force until the next step (or until it left).
+    const auto steps = g.steps();
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+      const std::int64_t deadline = steps[k].second;
+      const std::int64_t next = k + 1 < steps.size() ? steps[k + 1].first : kNever;
+      const std::int64_t from = std::max({deadline, o.enter_ns, steps[k].first});
+      const std::int64_t to = std::min(o.leave_ns, next);
+      if (to - from <= options.tolerance_ns) continue;
+      if (g.loss_ns <= deadline) {
+        ++report.overruns_after_signal;
+        break;
+      }
+      Violation v;
+      v.kind = ViolationKind::unsignalled_overrun;
+      v.resource = g.resource;
+      v.process_a = g.process;
+      v.token_a = g.token;
+      v.fence_a = g.fence;
+      v.overlap_start_ns = from;
+      v.overlap_end_ns = to;
+      v.faults = active_faults(faults, g.granted_ns, to);
+      v.description = "process " + std::to_string(g.process) + " kept working " + ms(to - from) +
+                      " past its lease deadline with no loss signal by then" +
+                      (g.loss_ns == kNever ? std::string(" (none at all)")
+                                           : " (signalled " + ms(g.loss_ns - deadline) + " after it)");
+      add(std::move(v));
+      break;  // one per grant
+    }
+  }
 
   overlapping_pairs(
       grants, [](const Grant& g) { return g.granted_ns; }, [](const Grant& g) { return g.end(); },
@@ -321,9 +455,16 @@ nlohmann::json CheckReport::to_json() const {
   j["processes"] = processes;
   j["duration_ms"] = static_cast<double>(last_ns - first_ns) / 1e6;
   j["longest_no_grant_ms"] = static_cast<double>(longest_no_grant_ns) / 1e6;
+  j["leases"] = leases;
+  j["lease_renewals"] = lease_renewals;
+  j["losses_signalled"] = losses_signalled;
+  j["losses_by_reason"] = losses_by_reason;
+  j["overruns_after_signal"] = overruns_after_signal;
   j["violations"] = {{"mutual_exclusion", mutual_exclusion_violations},
                      {"oracle", oracle_violations},
                      {"fencing", fencing_violations},
+                     {"unsignalled_overrun", unsignalled_overrun_violations},
+                     {"late_loss_signal", late_loss_signal_violations},
                      {"total", total_violations()}};
   nlohmann::json list = nlohmann::json::array();
   for (const auto& v : violations) {
@@ -367,9 +508,20 @@ std::string CheckReport::table(std::size_t lines) const {
   std::snprintf(buf, sizeof buf, "%-26s %10.0f\n", "longest no-grant gap (ms)", static_cast<double>(longest_no_grant_ns) / 1e6);
   out << buf;
   row("live oracle conflicts", live_oracle_conflicts);
+  if (leases != 0) {
+    row("leases", leases);
+    row("lease renewals seen", lease_renewals);
+    for (const auto& [reason, n] : losses_by_reason) {
+      std::snprintf(buf, sizeof buf, "%-26s %10zu\n", ("losses signalled: " + reason).c_str(), n);
+      out << buf;
+    }
+    row("overruns after a signal", overruns_after_signal);
+  }
   row("VIOLATIONS mutual excl.", mutual_exclusion_violations);
   row("VIOLATIONS oracle", oracle_violations);
   row("VIOLATIONS fencing", fencing_violations);
+  row("VIOLATIONS unsig. overrun", unsignalled_overrun_violations);
+  row("VIOLATIONS late loss sig.", late_loss_signal_violations);
   std::size_t shown = 0;
   for (const auto& v : violations) {
     if (shown++ == lines) {

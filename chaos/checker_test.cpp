@@ -201,6 +201,192 @@ TEST(Checker, LongestNoGrantGapCountsGapsAndTheTailOfFailedAttempts) {
   EXPECT_EQ(check_history(stuck).longest_no_grant_ns, 0);
 }
 
+// ---- leases: the deadline moves with renewals; loss must be signalled before it ----
+
+// A lease event of process `process`'s grant `token` at `t` ms, deadline `deadline` ms.
+void lease_event(std::vector<Event>& h, EventType type, int process, const std::string& token, std::int64_t t,
+                 std::int64_t deadline, const std::string& detail = {}, std::int64_t started = 0) {
+  Event e;
+  e.type = type;
+  e.process = process;
+  e.resource = "r";
+  e.token = token;
+  e.t_ns = t * kMs;
+  e.deadline_ns = deadline * kMs;
+  e.detail = detail;
+  e.started_ns = started * kMs;
+  h.push_back(e);
+}
+
+// Grant `token` at `granted` ms (ttl 300: deadline granted + 290), kept as a lease at
+// granted + 1, renewed (seen) every 100 ms up to and including `last_renewal` ms, each renewal
+// moving the deadline to 290 ms after it; inside the oracle until `leave` ms, released at
+// `leave` + 1.
+void leased_hold(std::vector<Event>& h, int process, const std::string& token, std::int64_t granted,
+                 std::int64_t last_renewal, std::int64_t leave) {
+  hold(h, process, token, granted, granted + 290, -1);
+  lease_event(h, EventType::lease_start, process, token, granted + 1, granted + 290);
+  for (std::int64_t t = granted + 100; t <= last_renewal; t += 100) {
+    lease_event(h, EventType::lease_renewed, process, token, t, t + 290);
+  }
+  Event e;
+  e.process = process;
+  e.resource = "r";
+  e.token = token;
+  e.type = EventType::leave;
+  e.t_ns = leave * kMs;
+  h.push_back(e);
+  e.type = EventType::release;
+  e.t_ns = (leave + 1) * kMs;
+  h.push_back(e);
+}
+
+TEST(CheckerLease, RenewedLeaseHeldLongPastItsFirstDeadlineIsClean) {
+  std::vector<Event> h;
+  leased_hold(h, 0, "a", 10, 1910, 2000);  // ttl 300 ms, held 2 s: deadline 2200 when it leaves
+  leased_hold(h, 1, "b", 2010, 2910, 3000);
+  const CheckReport r = check_history(h);
+  EXPECT_EQ(r.total_violations(), 0u) << r.table();
+  EXPECT_EQ(r.leases, 2u);
+  EXPECT_EQ(r.lease_renewals, 28u);
+  EXPECT_EQ(r.losses_signalled, 0u);
+  EXPECT_EQ(r.overruns_after_signal, 0u);
+}
+
+TEST(CheckerLease, WorkingPastTheDeadlineWithoutALossSignalIsAnUnsignalledOverrun) {
+  // Renewed once (deadline 400), then no renewal and no signal; inside until 600.
+  std::vector<Event> h;
+  leased_hold(h, 0, "a", 10, 110, 600);
+  fault(h, 4, "SIGSTOP master 127.0.0.1:1", 150, 700);
+  const CheckReport r = check_history(h);
+  ASSERT_EQ(r.unsignalled_overrun_violations, 1u) << r.table();
+  EXPECT_EQ(r.late_loss_signal_violations, 0u);
+  EXPECT_EQ(r.total_violations(), 1u);
+  const Violation& v = r.violations.front();
+  EXPECT_EQ(v.kind, ViolationKind::unsignalled_overrun);
+  EXPECT_EQ(v.process_a, 0);
+  EXPECT_EQ(v.token_a, "a");
+  EXPECT_EQ(v.overlap_start_ns, 400 * kMs);
+  EXPECT_EQ(v.overlap_end_ns, 600 * kMs);
+  EXPECT_EQ(v.faults, std::vector<std::string>{"SIGSTOP master 127.0.0.1:1"});
+  EXPECT_EQ(r.to_json()["violations"]["unsignalled_overrun"], 1);
+  EXPECT_NE(r.table().find("[unsignalled_overrun]"), std::string::npos);
+}
+
+TEST(CheckerLease, ARenewalSeenOnlyAfterTheDeadlineLeavesAGapTheHolderWorkedThrough) {
+  std::vector<Event> h;
+  hold(h, 0, "a", 10, 300, -1);
+  lease_event(h, EventType::lease_start, 0, "a", 11, 300);
+  lease_event(h, EventType::lease_renewed, 0, "a", 320, 600);  // 20 ms with no valid lease (start unknown)
+  leased_hold(h, 1, "unrelated", 1000, 1000, 1100);
+  Event leave;
+  leave.type = EventType::leave;
+  leave.process = 0;
+  leave.resource = "r";
+  leave.token = "a";
+  leave.t_ns = 500 * kMs;
+  h.push_back(leave);
+  const CheckReport r = check_history(h);
+  ASSERT_EQ(r.unsignalled_overrun_violations, 1u) << r.table();
+  EXPECT_EQ(r.violations.front().overlap_start_ns, 300 * kMs);
+  EXPECT_EQ(r.violations.front().overlap_end_ns, 320 * kMs);
+}
+
+TEST(CheckerLease, ARenewalSentBeforeTheDeadlineButSeenAfterItLeavesNoGap) {
+  // The round went out at 250 (before the deadline 300); the holder's thread looked only at
+  // 340. The key never left a quorum, and the new validity counts from 250.
+  std::vector<Event> h;
+  hold(h, 0, "a", 10, 300, -1);
+  lease_event(h, EventType::lease_start, 0, "a", 11, 300);
+  lease_event(h, EventType::lease_renewed, 0, "a", 340, 540, {}, 250);
+  Event leave;
+  leave.type = EventType::leave;
+  leave.process = 0;
+  leave.resource = "r";
+  leave.token = "a";
+  leave.t_ns = 500 * kMs;
+  h.push_back(leave);
+  CheckReport r = check_history(h);
+  EXPECT_EQ(r.total_violations(), 0u) << r.table();
+  // The same round sent at 305, after the deadline: a gap from 300 until it was seen.
+  h[h.size() - 2].started_ns = 305 * kMs;
+  r = check_history(h);
+  ASSERT_EQ(r.unsignalled_overrun_violations, 1u) << r.table();
+  EXPECT_EQ(r.violations.front().overlap_start_ns, 300 * kMs);
+  EXPECT_EQ(r.violations.front().overlap_end_ns, 340 * kMs);
+}
+
+TEST(CheckerLease, LossSignalledInTimeAndHolderStoppingIsClean) {
+  std::vector<Event> h;
+  leased_hold(h, 0, "a", 10, 110, 305);  // deadline 400
+  lease_event(h, EventType::lease_lost, 0, "a", 303, 400, "deadline");
+  const CheckReport r = check_history(h);
+  EXPECT_EQ(r.total_violations(), 0u) << r.table();
+  EXPECT_EQ(r.losses_signalled, 1u);
+  EXPECT_EQ(r.losses_by_reason.at("deadline"), 1u);
+}
+
+TEST(CheckerLease, ALossSignalledAfterTheDeadlineIsLateEvenIfTheHolderHadLeft) {
+  std::vector<Event> h;
+  leased_hold(h, 0, "a", 10, 110, 200);  // left at 200, deadline 400
+  lease_event(h, EventType::lease_lost, 0, "a", 450, 400, "taken");
+  const CheckReport r = check_history(h);
+  ASSERT_EQ(r.late_loss_signal_violations, 1u) << r.table();
+  EXPECT_EQ(r.unsignalled_overrun_violations, 0u);
+  EXPECT_EQ(r.violations.front().overlap_start_ns, 400 * kMs);
+  EXPECT_EQ(r.violations.front().overlap_end_ns, 450 * kMs);
+}
+
+TEST(CheckerLease, APausedLeasedHolderIsBothAnOverrunAndALateSignal) {
+  // The whole process (its lease's loop thread too) stopped from 150 to 650 ms.
+  std::vector<Event> h;
+  leased_hold(h, 0, "a", 10, 110, 652);
+  lease_event(h, EventType::lease_lost, 0, "a", 651, 400, "deadline");
+  const CheckReport r = check_history(h);
+  EXPECT_EQ(r.unsignalled_overrun_violations, 1u) << r.table();
+  EXPECT_EQ(r.late_loss_signal_violations, 1u);
+}
+
+TEST(CheckerLease, OverrunAfterATimelySignalIsCountedButIsNotALeaseViolation) {
+  std::vector<Event> h;
+  leased_hold(h, 0, "a", 10, 110, 500);  // deadline 400, kept working until 500
+  lease_event(h, EventType::lease_lost, 0, "a", 300, 400, "deadline");
+  const CheckReport r = check_history(h);
+  EXPECT_EQ(r.total_violations(), 0u) << r.table();
+  EXPECT_EQ(r.overruns_after_signal, 1u);
+}
+
+TEST(CheckerLease, TheLossSignalsDeadlineCountsWhenTheHolderMissedARenewal) {
+  // The holder never saw the renewal to 700 (it stopped polling), but on_lost reports it:
+  // a signal at 650 is in time.
+  std::vector<Event> h;
+  leased_hold(h, 0, "a", 10, 110, 300);
+  lease_event(h, EventType::lease_lost, 0, "a", 650, 700, "taken");
+  EXPECT_EQ(check_history(h).total_violations(), 0u) << check_history(h).table();
+}
+
+TEST(CheckerLease, MutualExclusionUsesTheRenewedDeadline) {
+  // A's first deadline is 300, renewed (seen at 110 and 210) to 500; B is granted at 400
+  // while A still holds and has not released.
+  std::vector<Event> h;
+  leased_hold(h, 0, "a", 10, 210, 600);
+  hold(h, 1, "b", 400, 700, 450);
+  const CheckReport r = check_history(h);
+  EXPECT_EQ(r.mutual_exclusion_violations, 1u) << r.table();
+  EXPECT_EQ(r.oracle_violations, 1u);
+}
+
+TEST(CheckerLease, GrantsWithoutALeaseAreNeverJudgedAsLeases) {
+  // The plain quorum strategy's paused holder (inside long past its deadline, no lease):
+  // an oracle matter, not a lease one. Histories written before leases read the same.
+  std::vector<Event> h;
+  hold(h, 0, "a", 10, 100, 400);
+  const CheckReport r = check_history(h);
+  EXPECT_EQ(r.total_violations(), 0u) << r.table();
+  EXPECT_EQ(r.leases, 0u);
+  EXPECT_EQ(r.table().find("lease renewals"), std::string::npos);
+}
+
 TEST(History, EventsRoundTripThroughJsonLinesFiles) {
   char path[] = "/tmp/chaos-history-XXXXXX";
   const int fd = ::mkstemp(path);
@@ -209,6 +395,10 @@ TEST(History, EventsRoundTripThroughJsonLinesFiles) {
   std::vector<Event> h;
   hold(h, 2, "tok", 10, 1000, 20, 42);
   fault(h, 9, "freeze master 1", 1, 2);
+  lease_event(h, EventType::lease_start, 2, "tok", 11, 1000);
+  lease_event(h, EventType::lease_renewed, 2, "tok", 12, 1100);
+  h.back().started_ns = 11 * kMs;
+  lease_event(h, EventType::lease_lost, 2, "tok", 13, 1100, "taken");
   {
     HistoryWriter w(path);
     for (const auto& e : h) w.write(e);

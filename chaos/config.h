@@ -15,9 +15,9 @@ inline constexpr std::size_t kMaxMasters = 9;
 inline constexpr const char* kResource = "chaos";
 
 struct Config {
-  // quorum | single | failover | get-then-del | getset-timestamp | setnx-expire
+  // quorum | single | lease | failover | get-then-del | getset-timestamp | setnx-expire
   std::string strategy = "quorum";
-  // none | minority-freeze | minority-restart | majority-restart | paused-holder |
+  // none | minority-freeze | majority-freeze | minority-restart | majority-restart | paused-holder |
   // minority-partition | bridge-partition | slow-minority | clock-faults | clock-jump-k3
   std::string scenario = "none";
   std::uint64_t seed = 1;
@@ -30,7 +30,7 @@ struct Config {
   bool restart_guard = true;
   bool aof = false;  // masters keep an append-only file, fsync always: a restart remembers keys
   Milliseconds ttl{0};   // 0: the strategy's default
-  Milliseconds hold{0};  // 0: the strategy's default
+  Milliseconds hold{0};  // 0: the strategy's default (lease: each grant holds [hold, 2 hold))
   Milliseconds skew{0};  // getset-timestamp: client 0's clock runs this far ahead
   std::vector<std::string> expects;
   long min_grants = 1;
@@ -40,9 +40,12 @@ struct Config {
   // grants on exactly a quorum, which one early-expiring master may break (DESIGN.md).
   std::size_t min_holders = 0;
   bool timeline = true;  // write timeline.svg
+  // Library strategies: the masters listen with TLS only (a throw-away CA and server
+  // certificate made at run start), the clients use rediss:// URIs and trust that CA.
+  bool tls = false;
 
-  // The library strategies (quorum, single) run redlock::Client; the others use hiredis.
-  [[nodiscard]] bool library() const { return strategy == "quorum" || strategy == "single"; }
+  // The library strategies (quorum, single, lease) run redlock::Client; the others use hiredis.
+  [[nodiscard]] bool library() const { return strategy == "quorum" || strategy == "single" || strategy == "lease"; }
 };
 
 // Parses argv; prints usage and exits with status 2 on a bad option or value, naming it.

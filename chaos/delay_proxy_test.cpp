@@ -2,7 +2,7 @@
 // Tests for the delaying TCP proxy (delay_proxy.h), always against a real redis-server.
 // Timing assertions are lower bounds (the delay must be there), or upper bounds of a second
 // or more, or "fast at least once in several tries", so a loaded machine cannot fail them.
-#include "delay_proxy.h"
+#include "support/delay_proxy.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -38,10 +38,10 @@
 
 namespace {
 
-using redlock::chaos::listen_on_free_port;
-using redlock::chaos::ListeningSocket;
-using redlock::chaos::ProxyRoute;
-using redlock::chaos::run_delay_proxies;
+using redlock::support::listen_on_free_port;
+using redlock::support::ListeningSocket;
+using redlock::support::ProxyRoute;
+using redlock::support::run_delay_proxies;
 using redlock::support::RedisServer;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -200,6 +200,37 @@ TEST_F(DelayProxy, DelayAppliesInBothDirections) {
     ASSERT_GE(rtt, Clock::duration::zero()) << client->errstr;
     EXPECT_GE(rtt, 200ms) << "round trip " << std::chrono::duration<double, std::milli>(rtt).count() << " ms";
   }
+}
+
+// Sub-millisecond delays are held as given, not rounded up to libuv's millisecond timers
+// (redlock_compare's zone profiles use 0.1 ms one way): a 150 us one-way delay makes every
+// round trip at least 300 us, and at least one of many round trips stays under 1.5 ms. With
+// the delay rounded up to a whole millisecond per direction, no round trip could be under 2 ms.
+TEST_F(DelayProxy, SubMillisecondDelayIsHeldWithoutRounding) {
+  RedisServer server;
+  ProxyThread proxy(server.port());
+  Context client = connect_to(proxy.port());
+  ASSERT_EQ(client->err, 0) << client->errstr;
+  std::vector<double> direct_us;  // through the proxy with no delay, for the printed comparison
+  for (int i = 0; i < 50; ++i) {
+    const auto rtt = ping_round_trip(client.get());
+    ASSERT_GE(rtt, Clock::duration::zero()) << client->errstr;
+    direct_us.push_back(std::chrono::duration<double, std::micro>(rtt).count());
+  }
+  std::sort(direct_us.begin(), direct_us.end());
+  proxy.set_delay(150us);
+  std::vector<double> rtt_us;
+  for (int i = 0; i < 200; ++i) {
+    const auto rtt = ping_round_trip(client.get());
+    ASSERT_GE(rtt, Clock::duration::zero()) << client->errstr;
+    EXPECT_GE(rtt, 300us) << "round trip " << std::chrono::duration<double, std::micro>(rtt).count() << " us";
+    rtt_us.push_back(std::chrono::duration<double, std::micro>(rtt).count());
+  }
+  std::sort(rtt_us.begin(), rtt_us.end());
+  std::printf("[ info ] 150 us one way: round trip min %.0f us, p50 %.0f us, p90 %.0f us (300 us added to a "
+              "p50 of %.0f us without delay)\n",
+              rtt_us.front(), rtt_us[rtt_us.size() / 2], rtt_us[rtt_us.size() * 9 / 10], direct_us[direct_us.size() / 2]);
+  EXPECT_LT(rtt_us.front(), 1500.0) << "every round trip took 1.5 ms or more: the delay was rounded up";
 }
 
 // Pipelines `count` RPUSHes of first, first + 1, ... onto the list "order" (no reads).

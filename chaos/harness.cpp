@@ -17,18 +17,20 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "checker.h"
 #include "clock_control.h"
 #include "config.h"
-#include "delay_proxy.h"
 #include "history.h"
 #include "partition.h"
 #include "run.h"
 #include "scenarios.h"
 #include "shared_state.h"
+#include "support/delay_proxy.h"
 #include "support/redis_server.h"
+#include "support/tls_certs.h"
 #include "timeline.h"
 #include "workers.h"
 
@@ -38,6 +40,10 @@ namespace {
 using namespace std::chrono_literals;
 using support::RedisServer;
 using support::RedisServerOptions;
+using support::ListeningSocket;
+using support::listen_on_free_port;
+using support::ProxyRoute;
+using support::run_delay_proxies;
 
 constexpr int kSkipped = 77;
 
@@ -51,7 +57,7 @@ bool check_expectations(const Config& config, const CheckReport& report) {
     fail("at least " + std::to_string(config.min_grants) + " grants (got " + std::to_string(report.grants) + ")");
   }
   auto kind_of = [&](const std::string& name) -> ViolationKind {
-    for (const auto k : {ViolationKind::mutual_exclusion, ViolationKind::oracle, ViolationKind::fencing}) {
+    for (const auto k : kViolationKinds) {
       if (to_string(k) == name) return k;
     }
     usage("unknown violation kind '" + name + "' in --expect");
@@ -65,6 +71,8 @@ bool check_expectations(const Config& config, const CheckReport& report) {
       if (report.count(kind_of(e.substr(13))) != 0) fail("no " + e.substr(13) + " violation");
     } else if (e == "late-write-rejected") {
       if (report.late_writes_rejected == 0) fail("a late write rejected by the store");
+    } else if (e == "loss-signalled") {
+      if (report.losses_signalled == 0) fail("a lease loss signalled");
     } else if (e == "late-write-accepted") {
       if (report.late_writes_accepted == 0) fail("a late write accepted by the store");
     } else if (e.rfind("stall:", 0) == 0) {
@@ -82,13 +90,14 @@ bool check_expectations(const Config& config, const CheckReport& report) {
 
 // The proxy process (slow-minority): forked before the clients, so it is single-threaded;
 // forwards to the masters until Shared::proxy_stop.
+// A byte-for-byte proxy: with --tls the clients' TLS sessions pass through it unchanged.
 pid_t start_proxies(Shared& shared, const std::vector<std::unique_ptr<RedisServer>>& masters,
                     std::vector<std::string>& uris) {
   std::vector<ProxyRoute> routes;
   for (std::size_t i = 0; i < masters.size(); ++i) {
     const ListeningSocket socket = listen_on_free_port();
     routes.push_back({socket.fd, masters[i]->port(), &shared.delay_ns[i]});
-    uris[i] = "redis://127.0.0.1:" + std::to_string(socket.port);
+    uris[i] = (masters[i]->tls() ? "rediss://127.0.0.1:" : "redis://127.0.0.1:") + std::to_string(socket.port);
   }
   std::fflush(stdout);
   std::fflush(stderr);
@@ -154,19 +163,25 @@ int run_main(const Config& config) {
   const auto started = std::chrono::steady_clock::now();
   std::filesystem::create_directories(config.out);
   std::printf("redlock_chaos: strategy %s, scenario %s, seed %" PRIu64 ", duration %.1f s, %d clients, fencing %s, "
-              "restart guard %s, AOF %s, ttl %lld ms, out %s\n",
+              "restart guard %s, AOF %s, TLS %s, ttl %lld ms, out %s\n",
               config.strategy.c_str(), config.scenario.c_str(), config.seed, config.duration_s, config.workers,
               config.fencing ? "on" : "off", config.restart_guard ? "on" : "off", config.aof ? "on" : "off",
-              static_cast<long long>(config.ttl.count()), config.out.c_str());
+              config.tls ? "on" : "off", static_cast<long long>(config.ttl.count()), config.out.c_str());
   std::fflush(stdout);
 
   RedisServerOptions server_options;
   server_options.extra_args = {"--repl-diskless-sync-delay", "0"};
+  // --tls: a throw-away CA and server certificate (support/tls_certs.h, removed at the end);
+  // the masters listen with TLS only, on the same port across restarts, and do not ask the
+  // clients for certificates. The fenced store stays plain: it is never faulted.
+  std::optional<support::TestPki> pki;
+  if (config.tls) pki.emplace();
   const std::size_t n_servers = config.library() ? config.n : config.strategy == "failover" ? 2 : 1;
   std::vector<std::unique_ptr<ClockControl>> clocks;
   std::vector<std::unique_ptr<RedisServer>> servers;
   for (std::size_t i = 0; i < n_servers; ++i) {
-    RedisServerOptions options = server_options;
+    RedisServerOptions options = pki ? support::tls_server_options(*pki, pki->server(), "no") : server_options;
+    options.extra_args = server_options.extra_args;
     options.persistence = config.aof && config.library();
     if (needs_clock_shim(config.scenario)) {
       clocks.push_back(std::make_unique<ClockControl>(config.out + "/clock-" + std::to_string(i)));
@@ -194,7 +209,8 @@ int run_main(const Config& config) {
   std::vector<pid_t> clients;
   for (int i = 0; i < config.workers; ++i) {
     const WorkerContext context{config, shared, i, config.out + "/client-" + std::to_string(i) + ".jsonl",
-                                config.library() ? uris : std::vector<std::string>{}, store_server.port()};
+                                config.library() ? uris : std::vector<std::string>{}, store_server.port(),
+                                pki ? pki->ca_file() : std::string()};
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) run_worker(context);
@@ -256,6 +272,7 @@ int run_main(const Config& config) {
   j["fencing"] = config.fencing;
   j["restart_guard"] = config.restart_guard;
   j["aof"] = config.aof;
+  j["tls"] = config.tls;
   j["masters"] = config.library() ? config.n : 1;
   j["clients"] = config.workers;
   j["ttl_ms"] = config.ttl.count();
@@ -270,7 +287,7 @@ int run_main(const Config& config) {
     TimelineOptions options;
     options.title = config.strategy + (config.library() ? " N=" + std::to_string(config.n) : std::string()) + ", " +
                     (config.library() ? config.scenario : std::string("its own fault")) + ", seed " +
-                    std::to_string(config.seed) + (config.fencing ? ", fencing" : "");
+                    std::to_string(config.seed) + (config.fencing ? ", fencing" : "") + (config.tls ? ", TLS" : "");
     std::ofstream(config.out + "/timeline.svg") << render_timeline_svg(history, report, options);
     std::printf("timeline: %s/timeline.svg\n", config.out.c_str());
   }

@@ -16,7 +16,7 @@
 namespace redlock::chaos {
 namespace {
 
-constexpr std::array<std::pair<EventType, std::string_view>, 11> kNames{{
+constexpr std::array<std::pair<EventType, std::string_view>, 14> kNames{{
     {EventType::acquire_invoke, "acquire_invoke"},
     {EventType::acquire_ok, "acquire_ok"},
     {EventType::acquire_fail, "acquire_fail"},
@@ -28,6 +28,9 @@ constexpr std::array<std::pair<EventType, std::string_view>, 11> kNames{{
     {EventType::release, "release"},
     {EventType::fault_start, "fault_start"},
     {EventType::fault_end, "fault_end"},
+    {EventType::lease_start, "lease_start"},
+    {EventType::lease_renewed, "lease_renewed"},
+    {EventType::lease_lost, "lease_lost"},
 }};
 
 }  // namespace

@@ -30,6 +30,12 @@ enum class EventType : std::uint8_t {
   release,          // release invoked (t_ns) : detail = outcome
   fault_start,      // fault_id, detail = what
   fault_end,        // fault_id
+  // Leases (strategy lease). All carry the grant's token; older histories have none of them.
+  lease_start,      // Client::keep returned: renewed from here on; deadline_ns as of then
+  lease_renewed,    // the holder saw the lease's deadline move: deadline_ns = the new one,
+                    // started_ns = when the renewing round was sent, t_ns = when it was seen
+  lease_lost,       // the loss signal (on_lost) ran: t_ns = then, detail = reason,
+                    // deadline_ns = the lock's deadline as of its last renewal
 };
 
 [[nodiscard]] std::string_view to_string(EventType type) noexcept;
@@ -42,7 +48,7 @@ struct Event {
   std::string resource;        // lock resource
   std::string token;           // lock owner token
   std::uint64_t fence = 0;     // fencing token (0 = none)
-  std::int64_t deadline_ns = 0;  // acquire_ok, writes: the lease's validity deadline
+  std::int64_t deadline_ns = 0;  // acquire_ok, writes, lease_*: the lease's validity deadline
   std::int64_t started_ns = 0;   // acquire_ok: when the granting round started
   std::int64_t invoke_ns = 0;    // writes: when the write was sent
   std::int64_t fault_id = 0;     // fault_start / fault_end

@@ -45,6 +45,28 @@ void minority_freezes(Run& run, Masters& masters) {
   run.sleep(std::chrono::hours(1));
 }
 
+// Freeze (SIGSTOP) a random majority for ttl + 100 ms .. 2 ttl + 200 ms, thaw, 200-600 ms
+// pause. Nobody can be granted or renewed meanwhile: a lease held across the freeze must
+// signal its loss before its deadline (strategy lease), and no grant may overlap.
+void majority_freezes(const Config& config, Run& run, Masters& masters) {
+  const std::size_t majority = quorum_of(masters.size());
+  run.sleep(500ms);
+  while (!run.over()) {
+    const auto picked = run.pick(masters.size(), majority);
+    std::vector<std::int64_t> ids;
+    for (const std::size_t i : picked) {
+      masters[i]->freeze();
+      ids.push_back(run.fault_start("SIGSTOP " + master_name(*masters[i]) + " (majority)"));
+    }
+    run.sleep_exactly(run.uniform_ms(config.ttl.count() + 100, 2 * config.ttl.count() + 200));
+    for (std::size_t k = 0; k < picked.size(); ++k) {
+      masters[picked[k]]->thaw();
+      run.fault_end(ids[k]);
+    }
+    run.sleep(run.uniform_ms(200, 600));
+  }
+}
+
 // SIGKILL one master and restart it (without --aof it forgets every key), a different
 // one each time, spaced so that at most a minority is within its restart-guard window.
 void minority_restarts(Run& run, Masters& masters, Milliseconds guard_window, const std::string& kind) {
@@ -297,6 +319,8 @@ void run_scenario(const Config& config, Run& run, Cluster& cluster) {
   const std::string& s = config.scenario;
   if (s == "minority-freeze") {
     minority_freezes(run, cluster.masters);
+  } else if (s == "majority-freeze") {
+    majority_freezes(config, run, cluster.masters);
   } else if (s == "minority-restart") {
     // The guard window: max_lock_ttl (= ttl, workers.cpp), plus up to a second because the
     // library reads the uptime in whole seconds.

@@ -100,6 +100,20 @@ Timeline read_timeline(const std::vector<Event>& history) {
                             e.deadline_ns != 0 && sent > e.deadline_ns, e.fence});
         break;
       }
+      case EventType::lease_start:
+      case EventType::lease_renewed:
+      case EventType::lease_lost:
+        // A renewed lease's deadline moves on: the grant's bar and its holder's stay with it.
+        if (e.deadline_ns == 0) break;
+        if (const auto it = open_lease.find({e.process, e.token}); it != open_lease.end()) {
+          Span& lease = t.leases[it->second];
+          lease.deadline = lease.deadline == kNever ? e.deadline_ns : std::max(lease.deadline, e.deadline_ns);
+        }
+        if (const auto it = open_stay.find(e.process); it != open_stay.end() && t.stays[it->second].token == e.token) {
+          Span& stay = t.stays[it->second];
+          stay.deadline = stay.deadline == kNever ? e.deadline_ns : std::max(stay.deadline, e.deadline_ns);
+        }
+        break;
       case EventType::fault_start:
         open_fault[e.fault_id] = t.faults.size();
         t.faults.push_back({e.t_ns, kNever, e.detail});

@@ -8,8 +8,11 @@
 
 #include <chrono>
 #include <cinttypes>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <random>
+#include <stop_token>
 #include <thread>
 
 #include "history.h"
@@ -174,14 +177,96 @@ struct WorkerProcess {
   }
 };
 
-// ---- quorum / single: the library, through its public API only ----
+// ---- lease: the grant is kept as a redlock::Lease and held for longer than its ttl ----
+
+// How often the holder looks at its lease while it works: a renewal is recorded when it is
+// seen, with its round's start (the checker needs both: chaos/README.md "Leases"). The loss
+// signal itself wakes the holder at once (stop_token).
+constexpr auto kLeasePoll = 2ms;
+
+// Keeps `lock` as a lease, enters the oracle and works for `hold` or until the lease's
+// stop_token fires (then it leaves at once, without its store write), records every deadline
+// it sees move, and releases. The loss signal is recorded by on_lost itself, on the Client's
+// loop thread (HistoryWriter::write is one write(2) of a whole line: safe from two threads).
+void hold_leased(WorkerProcess& me, Client& client, const Lock& lock, const Event& base, Milliseconds hold) {
+  LeaseOptions options;
+  options.on_lost = [&history = me.history, base](LossReason reason, const Lock& at_loss) {
+    Event e = base;
+    e.type = EventType::lease_lost;
+    e.t_ns = monotonic_ns();
+    e.deadline_ns = to_ns(at_loss.deadline);
+    e.started_ns = to_ns(at_loss.started);
+    e.detail = std::string(to_string(reason));
+    history.write(e);
+  };
+  Lease lease = client.keep(lock, options);
+  Event e = base;
+  const Lock kept = lease.lock();
+  std::int64_t seen = to_ns(kept.deadline);
+  e.deadline_ns = seen;
+  e.started_ns = to_ns(kept.started);
+  me.record(e, EventType::lease_start);
+  e.started_ns = 0;
+  const auto observe = [&] {
+    const Lock now = lease.lock();
+    if (const std::int64_t deadline = to_ns(now.deadline); deadline != seen && !lease.lost()) {
+      seen = deadline;
+      Event renewed = base;
+      renewed.deadline_ns = deadline;
+      renewed.started_ns = to_ns(now.started);
+      me.record(renewed, EventType::lease_renewed);
+    }
+  };
+  const std::stop_token stop = lease.stop_token();
+  std::mutex mutex;
+  std::condition_variable_any wake;
+  me.oracle.enter(base);
+  const auto until = std::chrono::steady_clock::now() + hold;
+  // The longest this thread went without looking (asked for 2 ms): when a loss comes late, it
+  // tells a starved process (this thread late too) from a late loop thread.
+  auto last_look = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::duration longest_gap{};
+  while (!stop.stop_requested()) {
+    const auto now = std::chrono::steady_clock::now();
+    longest_gap = std::max(longest_gap, now - last_look);
+    last_look = now;
+    if (now >= until || me.w.shared.stop.load()) break;  // the run's end cuts a long hold short
+    std::unique_lock guard(mutex);
+    wake.wait_for(guard, stop, std::min<std::chrono::steady_clock::duration>(kLeasePoll, until - now),
+                  [] { return false; });
+    guard.unlock();
+    observe();
+  }
+  const bool stopped = stop.stop_requested();
+  if (!stopped) {
+    Event write = base;
+    write.deadline_ns = to_ns(lease.deadline());  // late writes are judged by the deadline of the moment
+    me.write_store(write);
+  }
+  me.oracle.leave(base);
+  const std::int64_t release_ns = monotonic_ns();
+  const Result released = lease.release();
+  const std::optional<LossReason> loss = lease.loss();
+  me.released(e, release_ns,
+              std::string(to_string(released.outcome)) +
+                  (loss ? ", lease lost (" + std::string(to_string(*loss)) + ")" + (stopped ? ", work stopped" : "")
+                        : std::string()) +
+                  ", longest look gap " +
+                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(longest_gap).count()) + " ms");
+}
+
+// ---- quorum / single / lease: the library, through its public API only ----
 
 void library_worker(const WorkerContext& w) {
   WorkerProcess me(w);
   ClientOptions options;
   options.masters = w.masters;
   options.ttl = w.config.ttl;
-  options.command_timeout = 100ms;
+  // A lease retries a failed renewal every command_timeout until deadline - loss_margin
+  // (lease.h: by default max(2 command_timeout, ttl / 10), at most half the time after the
+  // first renewal): at ttl 300 ms, 50 ms leaves room for two attempts per period.
+  const bool leased = w.config.strategy == "lease";
+  options.command_timeout = leased ? std::min<Milliseconds>(100ms, w.config.ttl / 6) : 100ms;
   options.retry_delay = 5ms;
   options.retry_jitter = 4ms;
   options.reconnect_min = 20ms;
@@ -192,6 +277,8 @@ void library_worker(const WorkerContext& w) {
   // default adds a second, which every run would wait out at its start).
   options.max_lock_ttl = w.config.ttl;
   options.source_address = client_address(w.me);
+  // --tls: only the run's own CA is trusted; the masters' certificate names IP 127.0.0.1.
+  options.tls.ca_file = w.tls_ca_file;
   options.on_warning = [](const std::string&) {};
   redlock::Client client(options);
   client.wait_connected(w.masters.size(), 2000ms);
@@ -214,6 +301,7 @@ void library_worker(const WorkerContext& w) {
     }
     return count;
   };
+  std::mt19937_64 rng(w.config.seed * 1000003u + static_cast<std::uint64_t>(w.me));
   AcquireOptions acquire;
   acquire.fencing = w.config.fencing;
   acquire.retry_count = -1;
@@ -240,6 +328,13 @@ void library_worker(const WorkerContext& w) {
     base.token = lock.token;
     base.fence = lock.fence;
     me.granted(base, to_ns(lock.started), to_ns(lock.deadline));
+    if (leased) {
+      // [hold, 2 hold] unless the parent asked for a long grant.
+      Milliseconds hold = me.hold_time();
+      if (hold == w.config.hold) hold += Milliseconds(static_cast<long>(rng() % static_cast<std::uint64_t>(hold.count() + 1)));
+      hold_leased(me, client, lock, base, hold);
+      continue;
+    }
     me.use(base, me.hold_time());
     const std::int64_t release_ns = monotonic_ns();
     const Result released = client.release(lock);

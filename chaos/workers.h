@@ -20,8 +20,9 @@ struct WorkerContext {
   Shared& shared;
   int me;
   std::string history_path;
-  std::vector<std::string> masters;  // library strategies: redis:// URIs (maybe via proxies)
+  std::vector<std::string> masters;  // library strategies: redis:// or rediss:// URIs (maybe via proxies)
   std::uint16_t store_port;
+  std::string tls_ca_file;  // --tls: the run's CA (PEM), trusted for the rediss:// masters
 };
 
 // The loopback address client `me` binds its lock connections to, so that nftables rules can

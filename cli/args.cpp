@@ -2,10 +2,17 @@
 #include "args.h"
 
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <optional>
+#include <utility>
 
 #include "secrets.h"
 
@@ -22,7 +29,12 @@ Restart guard: a master that (re)started less than --max-lock-ttl ago may have f
   (69) until then. --no-restart-guard turns this off (only safe with persistent masters).
 Masters: -m/--master once per master; or --masters-file FILE (one URI per line, # comments);
   or else $REDLOCK_MASTERS_FILE; or else REDLOCK_MASTERS="redis://h1:6379,redis://h2:6379,...".
-  URI form: redis://[user:password@]host[:port][/db].
+  URI form: redis://[user:password@]host[:port][/db]; rediss://... for a master reached over TLS.
+TLS: --tls-ca-file (else the system CAs), --tls-cert/--tls-key for masters that want a client
+  certificate; each also as $REDLOCK_TLS_CA_FILE, ... or tls-ca-file=PATH in the masters file.
+  The chain, the name (host or --tls-server-name) and TLS >= 1.2 are verified. A TLS setting
+  with no rediss:// master, or a fleet mixing rediss:// and redis:// without --allow-mixed-tls,
+  is refused (64).
 Passwords: the command line is visible to every user (ps); put URIs with a password in a
   masters file that only you can read (chmod 600; a file that group or others can access is
   refused when it holds a password) or in $REDLOCK_MASTERS. No output shows a password.
@@ -47,8 +59,9 @@ Exit status (sysexits.h):
   75   EX_TEMPFAIL     the lock was lost: extend refused, or (run) lost while the command
                        ran (its process group was stopped before the lock's deadline)
   77   EX_NOPERM       masters refused the password (WRONGPASS, NOAUTH) or the lock user's
-                       permissions (ACL; docs/permissions.md), so many that no quorum is left;
-                       decided after the first attempt, without retrying
+                       permissions (ACL; docs/permissions.md), or TLS authentication failed
+                       (their certificate is not trusted, or they refuse ours), so many that
+                       no quorum is left; decided after the first attempt, without retrying
   126  run: the command is not executable;  127: the command was not found
 
 Examples:
@@ -150,7 +163,170 @@ void collect_option_names(const CLI::App& app, std::vector<std::string>& out) {
   }
 }
 
+// One TLS setting as given: its value and where it came from ("--tls-ca-file",
+// "REDLOCK_TLS_CA_FILE", "masters file 'F':3 (tls-ca-file)"), for messages.
+struct Given {
+  std::string value;
+  std::string origin;
+};
+
+// "--tls-ca-file" -> "REDLOCK_TLS_CA_FILE".
+std::string env_name(std::string_view flag) {
+  std::string out = "REDLOCK_";
+  for (const char c : flag.substr(2)) out += c == '-' ? '_' : static_cast<char>(c >= 'a' && c <= 'z' ? c - 32 : c);
+  return out;
+}
+
+// The first of: the flag's value, the environment variable, the masters file's setting line.
+std::optional<Given> given(const std::string& flag_value, std::string_view flag,
+                           const std::vector<FileSetting>& file_settings) {
+  if (!flag_value.empty()) return Given{flag_value, std::string(flag)};
+  const std::string env = env_name(flag);
+  if (const char* value = std::getenv(env.c_str()); value != nullptr && *value != '\0') {
+    return Given{value, env};
+  }
+  for (const auto& setting : file_settings) {
+    if (setting.name == flag.substr(2)) return Given{setting.value, setting.where + " (" + setting.name + ")"};
+  }
+  return std::nullopt;
+}
+
+bool parse_yes_no(const Given& given) {
+  for (const char* yes : {"yes", "true", "1", "on"}) {
+    if (given.value == yes) return true;
+  }
+  for (const char* no : {"no", "false", "0", "off"}) {
+    if (given.value == no) return false;
+  }
+  throw UsageError(given.origin + ": expected yes or no (got '" + printable(given.value) + "')");
+}
+
+redlock::TlsVersion parse_tls_version(const Given& given) {
+  std::string_view text = given.value;
+  for (const std::string_view prefix : {"TLSv", "tlsv", "TLS", "tls"}) {
+    if (text.substr(0, prefix.size()) == prefix) {
+      text.remove_prefix(prefix.size());
+      break;
+    }
+  }
+  if (text == "1.2") return redlock::TlsVersion::tls1_2;
+  if (text == "1.3") return redlock::TlsVersion::tls1_3;
+  const bool older = text == "1.0" || text == "1.1" || text == "1";
+  throw UsageError(given.origin + ": invalid TLS version '" + printable(given.value) + "': " +
+                   (older ? "below TLS 1.2, which is never accepted; " : "") + "expected 1.2 or 1.3");
+}
+
+// The library reads the files when the Client is built; checking here names the flag (or
+// variable, or masters file line) the path came from, and says why it cannot be read.
+void check_readable(const Given& given, bool directory) {
+  const int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (directory ? O_DIRECTORY : 0);
+  const int fd = ::open(given.value.c_str(), flags);
+  const std::string named = given.origin + " '" + printable(given.value) + "'";
+  if (fd < 0) throw UsageError(named + ": cannot read it: " + std::strerror(errno));
+  struct stat info {};
+  const bool is_dir = ::fstat(fd, &info) == 0 && S_ISDIR(info.st_mode);
+  ::close(fd);
+  if (!directory && is_dir) throw UsageError(named + " is a directory, not a file");
+}
+
+std::string joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    if (i > 0) out += i + 1 == words.size() ? " and " : ", ";
+    out += words[i];
+  }
+  return out;
+}
+
 }  // namespace
+
+void resolve_tls(const Args& args, const std::vector<FileSetting>& file_settings, Settings& settings) {
+  auto& client = settings.client;
+  const auto ca_file = given(args.tls_ca_file, "--tls-ca-file", file_settings);
+  const auto ca_dir = given(args.tls_ca_dir, "--tls-ca-dir", file_settings);
+  const auto cert = given(args.tls_cert, "--tls-cert", file_settings);
+  const auto key = given(args.tls_key, "--tls-key", file_settings);
+  const auto server_name = given(args.tls_server_name, "--tls-server-name", file_settings);
+  const auto min_version = given(args.tls_min_version, "--tls-min-version", file_settings);
+  const auto allow_mixed = given(args.allow_mixed_tls ? "yes" : "", "--allow-mixed-tls", file_settings);
+  const bool mixed_allowed = allow_mixed && parse_yes_no(*allow_mixed);
+
+  std::vector<std::string> origins;
+  for (const auto* setting : {&ca_file, &ca_dir, &cert, &key, &server_name, &min_version}) {
+    if (*setting) origins.push_back((*setting)->origin);
+  }
+  if (args.tls_insecure_skip_verify) origins.emplace_back("--tls-insecure-skip-verify");
+  if (mixed_allowed) origins.push_back(allow_mixed->origin);
+
+  // What the masters' URIs say (they were checked before; a bad one never gets here).
+  std::string first_tls;
+  std::string first_plain;
+  for (const auto& uri : client.masters) {
+    const auto endpoint = redlock::Endpoint::parse(uri);
+    std::string& first = endpoint.tls ? first_tls : first_plain;
+    if (first.empty()) first = endpoint.display();
+  }
+  if (first_tls.empty() && !origins.empty()) {
+    throw UsageError(joined(origins) + (origins.size() == 1 ? " is" : " are") +
+                     " given, but no master is rediss:// (TLS): every master is redis:// (plain TCP), e.g. " +
+                     first_plain +
+                     ". Write rediss://host:port for masters that speak TLS (TLS settings with only plain masters "
+                     "are refused: a forgotten 's' would send everything in clear)");
+  }
+  if (!first_tls.empty() && !first_plain.empty() && !mixed_allowed) {
+    throw UsageError("the masters mix rediss:// (TLS: " + first_tls + ") and redis:// (plain TCP: " + first_plain +
+                     "): lock tokens and passwords would cross some paths in clear. Make every master rediss://, "
+                     "or accept it with --allow-mixed-tls (REDLOCK_ALLOW_MIXED_TLS=yes, or allow-mixed-tls=yes in "
+                     "the masters file)");
+  }
+  if (cert.has_value() != key.has_value()) {
+    throw UsageError(cert ? cert->origin + " '" + printable(cert->value) +
+                                "' is given without --tls-key: a client certificate needs its private key (both or "
+                                "neither)"
+                          : key->origin + " '" + printable(key->value) +
+                                "' is given without --tls-cert: a private key needs its certificate (both or "
+                                "neither)");
+  }
+  if (ca_file) check_readable(*ca_file, false);
+  if (ca_dir) check_readable(*ca_dir, true);
+  if (cert) check_readable(*cert, false);
+  if (key) check_readable(*key, false);
+
+  auto& tls = client.tls;
+  if (ca_file) tls.ca_file = ca_file->value;
+  if (ca_dir) tls.ca_dir = ca_dir->value;
+  if (cert) tls.cert_file = cert->value;
+  if (key) tls.key_file = key->value;
+  if (server_name) tls.server_name = server_name->value;
+  if (min_version) tls.min_version = parse_tls_version(*min_version);
+  tls.insecure_skip_verify = args.tls_insecure_skip_verify;
+  client.allow_mixed_tls = mixed_allowed;
+}
+
+std::string in_cli_terms(std::string_view library_text) {
+  // Longest first where one name starts another.
+  static constexpr std::pair<std::string_view, std::string_view> kTerms[] = {
+      {"TlsOptions::cert_file and key_file", "--tls-cert and --tls-key"},
+      {"TlsOptions::ca_file", "--tls-ca-file"},
+      {"TlsOptions::ca_dir", "--tls-ca-dir"},
+      {"TlsOptions::cert_file", "--tls-cert"},
+      {"TlsOptions::key_file", "--tls-key"},
+      {"TlsOptions::server_name", "--tls-server-name"},
+      {"TlsOptions::min_version", "--tls-min-version"},
+      {"TlsOptions::insecure_skip_verify", "--tls-insecure-skip-verify"},
+      {"does not match cert_file '", "does not match --tls-cert '"},
+      {"but cert_file is not", "but --tls-cert is not"},
+      {"but key_file is not", "but --tls-key is not"},
+      {"ClientOptions.allow_mixed_tls", "--allow-mixed-tls"},
+  };
+  std::string out(library_text);
+  for (const auto& [from, to] : kTerms) {
+    for (auto at = out.find(from); at != std::string::npos; at = out.find(from, at + to.size())) {
+      out.replace(at, from.size(), to);
+    }
+  }
+  return out;
+}
 
 std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& error) {
   // (By type: CLI11 names an ExtrasError after the app, not after its class.)
@@ -309,6 +485,35 @@ void define_interface(CLI::App& app, Args& args) {
                  "as flock -E)")
       ->type_name("N");
 
+  app.add_option("--tls-ca-file", args.tls_ca_file,
+                 "PEM CA certificates that sign the rediss:// masters' certificates; only these are trusted "
+                 "(default: the system's CAs; $REDLOCK_TLS_CA_FILE)")
+      ->type_name("FILE");
+  app.add_option("--tls-ca-dir", args.tls_ca_dir,
+                 "Directory of CA certificates in OpenSSL's hashed layout (openssl rehash); with or instead of "
+                 "--tls-ca-file ($REDLOCK_TLS_CA_DIR)")
+      ->type_name("DIR");
+  app.add_option("--tls-cert", args.tls_cert,
+                 "Client certificate (PEM, chain after the leaf) for masters with tls-auth-clients; needs "
+                 "--tls-key ($REDLOCK_TLS_CERT)")
+      ->type_name("FILE");
+  app.add_option("--tls-key", args.tls_key,
+                 "Private key of --tls-cert (PEM, unencrypted: no passphrase) ($REDLOCK_TLS_KEY)")
+      ->type_name("FILE");
+  app.add_option("--tls-server-name", args.tls_server_name,
+                 "Name sent as SNI and checked against every master's certificate instead of the URI's host "
+                 "($REDLOCK_TLS_SERVER_NAME)")
+      ->type_name("NAME");
+  app.add_option("--tls-min-version", args.tls_min_version,
+                 "Lowest TLS version accepted: 1.2 (default) or 1.3 ($REDLOCK_TLS_MIN_VERSION)")
+      ->type_name("VERSION");
+  app.add_flag("--tls-insecure-skip-verify", args.tls_insecure_skip_verify,
+               "DANGER, tests only: accept any certificate from anyone (no chain, name or date check); the "
+               "traffic is encrypted but anyone on the path can read and change it. Warns every time");
+  app.add_flag("--allow-mixed-tls", args.allow_mixed_tls,
+               "Accept masters that mix rediss:// (TLS) and redis:// (plain TCP): tokens and passwords then "
+               "cross the plain ones in clear ($REDLOCK_ALLOW_MIXED_TLS=yes)");
+
   auto* acquire = app.add_subcommand(
       "acquire", "Acquire RESOURCE and print its token; the lock stays until its ttl ends or it is released");
   acquire->add_option("RESOURCE", args.resource, "Name of the lock")->required();
@@ -396,6 +601,7 @@ Settings resolve(const Args& args) {
     throw UsageError("give the masters either with --master or with --masters-file, not both");
   }
   const char* env_file = std::getenv("REDLOCK_MASTERS_FILE");
+  std::vector<FileSetting> file_settings;
   if (!args.masters.empty()) {
     client.masters = args.masters;
     settings.password_on_command_line = std::any_of(args.masters.begin(), args.masters.end(),
@@ -405,6 +611,7 @@ Settings resolve(const Args& args) {
     auto file = read_masters_file(from_flag ? args.masters_file : std::string(env_file),
                                   from_flag ? "--masters-file" : "REDLOCK_MASTERS_FILE");
     client.masters = std::move(file.masters);
+    file_settings = std::move(file.settings);
     settings.masters_file = std::move(file.absolute_path);
   } else if (const char* env = std::getenv("REDLOCK_MASTERS")) {
     client.masters = split_masters(env);
@@ -421,6 +628,7 @@ Settings resolve(const Args& args) {
   } else if (settings.masters_file.empty()) {
     for (const auto& uri : client.masters) check_master_uri(uri, "REDLOCK_MASTERS");
   }
+  resolve_tls(args, file_settings, settings);
   // The library validates all of these too (redlock::ConfigError), but names the
   // ClientOptions field; checking here names the flag the user typed.
   if (!args.ttl.empty()) {

@@ -45,6 +45,15 @@ struct Args {
   bool quiet = false;
   int conflict_exit_code = kExitTaken;  // -E/--conflict-exit-code
   bool conflict_exit_code_given = false;
+  // TLS (redlock/tls.h). Empty: not given here (then $REDLOCK_TLS_*, then the masters file).
+  std::string tls_ca_file;      // --tls-ca-file
+  std::string tls_ca_dir;       // --tls-ca-dir
+  std::string tls_cert;         // --tls-cert
+  std::string tls_key;          // --tls-key
+  std::string tls_server_name;  // --tls-server-name
+  std::string tls_min_version;  // --tls-min-version
+  bool tls_insecure_skip_verify = false;  // --tls-insecure-skip-verify (command line only)
+  bool allow_mixed_tls = false;           // --allow-mixed-tls
 
   CommandKind command = CommandKind::acquire;
   std::string resource;
@@ -78,6 +87,25 @@ struct Settings {
   // A -m/--master URI carries a password: it was visible in ps until the tool hid it.
   bool password_on_command_line = false;
 };
+
+// The TLS settings (client.tls, client.allow_mixed_tls) from, per setting, the first of: the
+// command line (--tls-ca-file, ...), the environment (REDLOCK_TLS_CA_FILE, ...), the masters
+// file (`tls-ca-file=PATH` lines, when the masters came from one; relative paths there are
+// relative to the file's directory). Throws UsageError naming where a bad value came from:
+// a setting while no master is rediss://, a fleet mixing rediss:// and redis:// without
+// --allow-mixed-tls, a file that cannot be read, a certificate without its key, an unknown
+// minimum version. `file_settings` are the masters file's setting lines (empty otherwise).
+struct FileSetting;
+void resolve_tls(const Args& args, const std::vector<FileSetting>& file_settings, Settings& settings);
+
+// The library's names for the TLS settings in its messages (TlsOptions::ca_file,
+// ClientOptions.allow_mixed_tls, ...) replaced by the tool's flags (--tls-ca-file, ...).
+[[nodiscard]] std::string in_cli_terms(std::string_view library_text);
+
+// The warning printed whenever --tls-insecure-skip-verify is used (even with --quiet).
+inline constexpr const char* kInsecureWarning =
+    "warning: --tls-insecure-skip-verify: the masters' TLS certificates are NOT checked; anyone on the network "
+    "path can impersonate them and read or change every command, passwords included. For tests only";
 
 // Defines the options and subcommands on `app`, writing into `args`.
 void define_interface(CLI::App& app, Args& args);

@@ -34,7 +34,7 @@ std::string quoted(const Settings& settings) {
 
 std::string row_text(const redlock::MasterResult& master) {
   std::string text = master.endpoint + " (" + std::string(redlock::to_string(master.status));
-  if (!master.error.empty()) text += ": " + master.error;
+  if (!master.error.empty()) text += ": " + in_cli_terms(master.error);
   return text + ")";
 }
 
@@ -189,7 +189,9 @@ int dispatch(Settings settings) {
   const Output out(settings.json, settings.quiet);
   // The library's warnings about the masters' configuration (called on its loop thread).
   settings.client.on_warning = [quiet = settings.quiet](const std::string& warning) {
-    if (!quiet) print_error("warning: " + warning);
+    // main() printed the tool's own (unsilenceable) warning about --tls-insecure-skip-verify.
+    if (warning.rfind("TlsOptions::insecure_skip_verify", 0) == 0) return;
+    if (!quiet) print_error("warning: " + in_cli_terms(warning));
   };
   switch (settings.command) {
     case CommandKind::acquire: return acquire_command(settings, out);

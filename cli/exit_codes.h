@@ -55,12 +55,30 @@ inline constexpr int kExitNotFound = 127;              // run: the command was n
   return false;
 }
 
-// Masters that refused the lock user: its password (refused_credentials) or its permissions
-// (not_permitted). Neither goes away by retrying.
+// A rediss:// master whose TLS authentication failed, either way: we do not trust its
+// certificate (unknown CA, expired or not yet valid, another name, otherwise rejected), it
+// refuses ours (or wants one we did not give), or it offers no TLS version we accept. The
+// library's reasons (lib/tls/tls_session.cpp, docs/tls.md "Failure reasons") start with
+// these words. Like a wrong password, none of them goes away by retrying; a master that
+// never answers the handshake, or closes it, is an outage (69) as on plain TCP.
+[[nodiscard]] inline bool refused_tls(const redlock::MasterResult& master) noexcept {
+  if (master.status != redlock::MasterStatus::not_connected) return false;
+  for (const char* sign : {"unknown CA: ", "certificate expired: ", "certificate not yet valid: ", "hostname mismatch: ",
+                           "certificate rejected: ", "server requires a client certificate",
+                           "server rejected our client certificate", "protocol version too low: "}) {
+    if (master.error.rfind(sign, 0) == 0) return true;
+  }
+  return false;
+}
+
+// Masters that refused the lock user: its password (refused_credentials), its permissions
+// (not_permitted), or TLS authentication (refused_tls). None goes away by retrying.
 [[nodiscard]] inline std::size_t refused_by_configuration(const redlock::Result& result) noexcept {
   std::size_t refused = 0;
   for (const auto& master : result.masters) {
-    if (master.status == redlock::MasterStatus::not_permitted || refused_credentials(master)) ++refused;
+    if (master.status == redlock::MasterStatus::not_permitted || refused_credentials(master) || refused_tls(master)) {
+      ++refused;
+    }
   }
   return refused;
 }

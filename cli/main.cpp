@@ -78,11 +78,14 @@ int main(int argc, char** argv) {
           "warning: a password given with --master is visible to other users (ps, /proc) while redlock "
           "starts; put it in a masters file only you can read (--masters-file, chmod 600) or in REDLOCK_MASTERS");
     }
+    // Even with --quiet: nobody should run without certificate checks without being told.
+    if (settings.client.tls.insecure_skip_verify) print_error(kInsecureWarning);
     return dispatch(settings);
   } catch (const UsageError& error) {
     return report_error(args.json, command, "usage_error", error.what(), kExitUsage, {}, &args);
   } catch (const redlock::ConfigError& error) {
-    return report_error(args.json, command, "usage_error", error.what(), kExitUsage, {}, &args);
+    // The library names its own fields (TlsOptions::ca_file); the user typed flags.
+    return report_error(args.json, command, "usage_error", in_cli_terms(error.what()), kExitUsage, {}, &args);
   } catch (const std::exception& error) {
     return report_error(args.json, command, "internal_error", std::string("internal error: ") + error.what(),
                         kExitSoftware, {}, &args);

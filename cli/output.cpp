@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "args.h"
 #include "secrets.h"
 
 namespace redlock_cli {
@@ -41,14 +42,14 @@ Json result_json(const redlock::Result& result, std::string_view command, std::s
   object["ttl_ms"] = result.lock ? Json(result.lock->ttl.count()) : Json(nullptr);
   object["validity_ms"] = to_ms(result.validity);
   object["attempts"] = result.attempts;
-  object["message"] = result.message;
+  object["message"] = in_cli_terms(result.message);
   Json masters = Json::array();
   for (const auto& master : result.masters) {
     Json entry;
     entry["endpoint"] = master.endpoint;
     entry["status"] = std::string(redlock::to_string(master.status));
     entry["latency_ms"] = to_ms(master.latency);
-    entry["error"] = master.error;
+    entry["error"] = in_cli_terms(master.error);
     masters.push_back(std::move(entry));
   }
   object["masters"] = std::move(masters);
@@ -99,7 +100,7 @@ void Output::failure(std::string_view headline, const redlock::Result& result) c
   if (quiet_) return;
   std::string text = "redlock: " + std::string(headline) + "\n";
   // format_result: the outcome line, then one row per master; indent it under the headline.
-  const std::string table = redlock::format_result(result);
+  const std::string table = in_cli_terms(redlock::format_result(result));
   std::size_t start = 0;
   while (start < table.size()) {
     auto end = table.find('\n', start);

@@ -1,21 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
 // cli/run.cpp — `redlock run RESOURCE -- command...`: acquire, run the command in a process
-// group of its own, extend the lease every ttl/3 while any process of that group is left,
+// group of its own, keep the lock with the library's lease (redlock::Lease, Client::keep:
+// renewed every ttl/3 on the Client's loop thread) while any process of that group is left,
 // release once the whole group is gone.
 //
 // One thread supervises everything. The signals run handles are blocked before the Client
-// starts its event-loop thread (which inherits the mask) and are read from a signalfd; lock
-// results come back from the loop thread through an eventfd. The main thread polls the two
-// and keeps time against the lock's deadline, so it always notices a lost lock, a signal or
-// the command's exit without waiting on anything else.
+// starts its event-loop thread (which inherits the mask) and are read from a signalfd; the
+// acquire's result and the lease's loss signal (its on_lost callback) come from the loop
+// thread through an eventfd. The main thread polls the two and keeps time against the
+// lease's current deadline (Lease::deadline(), which moves on with each renewal), so it
+// always notices a lost lock, a signal or the command's exit without waiting on anything else.
 //
 // Loss. Another client may take the lock from the moment its validity ends (the deadline),
 // so the command's whole process group must be gone by then:
 //   SIGTERM (then SIGCONT) to the group at  deadline - kill_after - margin  at the latest
-//   (at once when an extend is refused: the key is gone or someone else's),
+//   (at once when the lease is lost: LossReason::taken, a renewal found the key gone or
+//   someone else's; LossReason::restarted, the restart guard),
 //   SIGKILL to the group at  min(SIGTERM + kill_after, deadline - margin),
 // and redlock exits 75 only when no process of the group is left. The margin covers the
-// kernel tearing the processes down and this thread waking up late.
+// kernel tearing the processes down and this thread waking up late. The lease's loss_margin
+// is kill_after + margin, so its LossReason::deadline comes at the SIGTERM point; this thread
+// also checks that point itself against Lease::deadline(), so the schedule holds even when it
+// wakes before the loop thread has run the lease's timer (e.g. both continued after SIGSTOP).
 //
 // Processes that leave the group (setsid, setpgid) are not covered: a process group is the
 // unit the kernel lets us signal. redlock is a child subreaper, so such processes come back
@@ -27,7 +33,9 @@
 // redlock SIGSTOPs the whole group (a process that ignores SIGTSTP must not run on unrenewed),
 // takes the terminal back and stops too, so the shell sees the job stop; when it is
 // continued (fg/bg) it continues the command. The lease is not renewed while redlock is
-// stopped; if it ran out meanwhile, the group is killed before it runs again.
+// stopped: SIGSTOP stops every thread of the process, the Client's loop thread (where the
+// lease renews) included. If the lease ran out meanwhile, the group is killed before it runs
+// again.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -39,6 +47,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -55,6 +64,7 @@
 
 #include "commands.h"
 #include "exit_codes.h"
+#include "redlock/lease.h"
 #include "secrets.h"
 
 namespace redlock_cli {
@@ -111,8 +121,9 @@ class Fd {
   int fd_;
 };
 
-// Lock results handed from the library's loop thread to the main thread. Shared with the
-// callbacks, so a late callback never touches freed memory.
+// Lock results, and wake-ups for the lease's loss signal, handed from the library's loop
+// thread to the main thread. Shared with the callbacks, so a late callback never touches
+// freed memory.
 class Mailbox {
  public:
   Mailbox() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
@@ -129,6 +140,11 @@ class Mailbox {
       const std::lock_guard guard(mutex_);
       results_.push_back(std::move(result));
     }
+    notify();
+  }
+
+  // Only wakes the main thread up (it then asks the lease what happened). Never blocks.
+  void notify() {
     const std::uint64_t one = 1;
     if (::write(fd_.get(), &one, sizeof(one)) < 0) {
       // Only EAGAIN is possible (counter saturated), and then a wake-up is pending anyway.
@@ -293,21 +309,28 @@ class RunSession {
   // A signal while acquiring: Ctrl-Z stops redlock (nothing runs under the lock yet), a
   // forwarded signal ends the acquire.
   void on_signal_while_acquiring(const signalfd_siginfo& info);
+  // Hands the acquired lock to the library's lease, which renews it from now on (not with
+  // --no-extend).
+  void keep_lock();
   int spawn_command();           // 0, or the errno of a failed spawn
   void supervise();
   int next_timeout() const;
+  void check_lease();
   void keep_time();
   void on_signal(const signalfd_siginfo& info);
-  void on_extend(redlock::Result result);
   void reap();
   void on_command_stopped(int signal);
   void stop_self();
   void continue_command();
   void check_group();
   void signal_group(int signal);
-  void lose(const std::string& why, const redlock::Result* result);
+  void lose(const std::string& why);
   void restore_terminal();
-  [[nodiscard]] TimePoint sigterm_due() const { return lock_.deadline - kill_after_ - margin_; }
+  redlock::Result release();
+  // The lock's current deadline: the lease's (it moves on with each renewal), or with
+  // --no-extend the acquire's.
+  [[nodiscard]] TimePoint deadline() const { return lease_ ? lease_->deadline() : lock_.deadline; }
+  [[nodiscard]] TimePoint sigterm_due() const { return deadline() - kill_after_ - margin_; }
   int child_exit_code() const;
   void report(int code, const redlock::Result* release) const;
   std::string resource() const { return "'" + printable(settings_.resource) + "'"; }
@@ -323,12 +346,12 @@ class RunSession {
   std::vector<std::string> notes_;  // acquire_notes(): printed at once, or in the --json report
   int interrupted_ = 0;             // the signal that cancelled the acquire
   std::string error_;               // why the command could not be started
-  redlock::Lock lock_;
+  redlock::Lock lock_;                   // as acquired (token and fence never change)
+  std::optional<redlock::Lease> lease_;  // renews lock_ (none with --no-extend)
   milliseconds kill_after_{};
   milliseconds margin_{};
-  TimePoint next_extend_{};
-  bool extend_in_flight_ = false;
-  int extends_ = 0;
+  // Successful renewals, counted by the lease's on_renewed on the loop thread.
+  std::shared_ptr<std::atomic<int>> extends_ = std::make_shared<std::atomic<int>>(0);
 
   // The command: its first process, whose pid is also the process group's id.
   pid_t child_ = -1;
@@ -352,8 +375,12 @@ void RunSession::check_kill_after() {
   const auto ttl = client_->options().ttl;
   margin_ = std::clamp(ttl / 20, milliseconds(10), milliseconds(500));
   kill_after_ = settings_.kill_after.value_or(ttl / 10);
-  // SIGTERM must not come before the first extend is even tried (ttl/3 after the grant),
-  // and a grant or extend lasts at most ttl - drift: kill_after + margin < 2/3 ttl - drift.
+  // SIGTERM must not come before the first renewal is even tried (ttl/3 after the grant),
+  // and a grant or renewal lasts at most ttl - drift: kill_after + margin < 2/3 ttl - drift.
+  // That is also the lease's rule for its loss_margin (kill_after + margin, keep_lock()),
+  // checked here before anything is acquired so that a bad --kill-after is a usage error
+  // naming it. In whole milliseconds it is never looser than the lease's (which takes ttl/3
+  // in microseconds, rounded up: less than 1 ms more than ttl/3 here).
   const auto drift = std::chrono::ceil<milliseconds>(client_->drift(ttl));
   const milliseconds limit = ttl - drift - ttl / 3 - margin_;
   if (kill_after_ < limit) return;
@@ -393,10 +420,11 @@ int RunSession::run() {
     report(kExitLost, &released);
     return kExitLost;
   }
+  keep_lock();
 
   if (const int error = spawn_command(); error != 0) {
     const int code = spawn_failure_exit_code(error);
-    const auto released = client_->release(lock_);
+    const auto released = release();
     error_ = "cannot run '" + printable(settings_.program.front()) + "': " + std::strerror(error);
     if (!out_.json()) out_.note(error_);
     report(code, &released);
@@ -407,7 +435,7 @@ int RunSession::run() {
   restore_terminal();
 
   // The lock is released even after a loss: compare-and-delete removes only our own token.
-  const redlock::Result released = client_->release(lock_);
+  const redlock::Result released = release();
   if (!released.ok() && !lost_ && !out_.json()) {
     out_.failure("could not release " + resource() + "; it expires by itself within the ttl", released);
   }
@@ -487,8 +515,31 @@ std::optional<int> RunSession::acquire() {
     for (const auto& note : notes_) out_.note(note);
   }
   lock_ = *acquired_.lock;
-  next_extend_ = lock_.started + lock_.ttl / 3;
   return std::nullopt;
+}
+
+void RunSession::keep_lock() {
+  if (settings_.no_extend) return;
+  redlock::LeaseOptions options;
+  options.renew_fraction = 1.0 / 3;
+  // The lease says "deadline" at the SIGTERM point, so its loss signal and run's schedule
+  // are one and the same moment (check_kill_after() has checked that the lease accepts it).
+  options.loss_margin = kill_after_ + margin_;
+  // On the loop thread, at most once: wake the supervisor, which asks the lease why.
+  options.on_lost = [mailbox = mailbox_](redlock::LossReason, const redlock::Lock&) { mailbox->notify(); };
+  // Only counted (the `extends` of --json): the supervisor reads the moved deadline itself.
+  options.on_renewed = [extends = extends_](const redlock::Result&) { extends->fetch_add(1); };
+  try {
+    lease_.emplace(client_->keep(lock_, std::move(options)));
+  } catch (...) {
+    client_->release(lock_);  // not kept: nobody would renew or release it
+    throw;
+  }
+}
+
+redlock::Result RunSession::release() {
+  // Lease::release stops the renewal first, then releases the lock as of its last renewal.
+  return lease_ ? lease_->release() : client_->release(lock_);
 }
 
 // posix_spawnp into a new process group (POSIX_SPAWN_SETPGROUP, pgid = its pid), with the
@@ -546,7 +597,8 @@ void RunSession::supervise() {
   while (!group_gone_) {
     poll_once(next_timeout());
     for (const auto& info : signals_.read_all()) on_signal(info);
-    for (auto& result : mailbox_->take()) on_extend(std::move(result));
+    mailbox_->take();  // only wake-ups from the lease now: check_lease() asks it
+    check_lease();
     check_group();
     keep_time();
     if (resume_after_stop_) {
@@ -579,8 +631,9 @@ int RunSession::next_timeout() const {
     timeout = timeout < 0 ? ms : std::min(timeout, ms);
   };
   if (!lost_) {
+    // The lease wakes us up when it is lost; this is the SIGTERM point of its current
+    // deadline (after a renewal, waking up there finds the new one and sleeps on).
     until(sigterm_due());
-    if (!settings_.no_extend && !extend_in_flight_) until(next_extend_);
   } else if (!sigkill_at_) {
     until(kill_at_);
   }
@@ -589,25 +642,41 @@ int RunSession::next_timeout() const {
   return timeout;
 }
 
+// Why the lease was lost, in the words of lost_reason / the stderr note.
+std::string loss_text(redlock::LossReason reason) {
+  switch (reason) {
+    case redlock::LossReason::taken:
+      return "a renewal was refused: the key is gone or owned by another on a quorum of masters (lease lost: taken)";
+    case redlock::LossReason::restarted:
+      return "masters that granted it restarted without their keys, leaving fewer than a quorum (restart guard; "
+             "lease lost: restarted)";
+    case redlock::LossReason::deadline:
+      break;
+  }
+  return "no renewal succeeded and the lease is about to run out (lease lost: deadline)";
+}
+
+void RunSession::check_lease() {
+  if (!lease_ || lost_) return;
+  if (const auto reason = lease_->loss()) lose(loss_text(*reason));
+}
+
 void RunSession::keep_time() {
   if (group_gone_) return;
   const auto now = client_->now();
   if (!lost_ && now >= sigterm_due()) {
-    // An extend may still be in flight, but its answer could come too late to stop the
-    // group in time: the loss is decided now.
+    // The lease signals LossReason::deadline at this very moment; this thread may just have
+    // woken up first (a renewal may still be in flight, but its answer could come too late
+    // to stop the group in time): the loss is decided now.
     lose(settings_.no_extend ? "the lease is about to run out (--no-extend)"
-                             : "no extend succeeded and the lease is about to run out",
-         nullptr);
-  } else if (!lost_ && !settings_.no_extend && !extend_in_flight_ && now >= next_extend_) {
-    extend_in_flight_ = true;
-    client_->extend_async(lock_, Mailbox::callback(mailbox_));
+                             : loss_text(redlock::LossReason::deadline));
   }
   if (lost_ && !sigkill_at_ && now >= kill_at_) {
     signal_group(SIGKILL);
     sigkill_at_ = now;
     if (!out_.json()) {
       out_.note("the command's process group was still running " + std::to_string(kill_after_.count()) +
-                " ms after SIGTERM or at the kill margin; sent SIGKILL, " + ms_text(lock_.deadline - now) +
+                " ms after SIGTERM or at the kill margin; sent SIGKILL, " + ms_text(deadline() - now) +
                 " before the lock's deadline");
     }
   }
@@ -664,8 +733,9 @@ void RunSession::on_command_stopped(int signal) {
   }
   // A job-control stop (Ctrl-Z), or terminal access from the background: the whole job stops,
   // so the shell above gets the terminal back and can continue it with fg or bg. A stopped
-  // redlock renews nothing, so no process of the group may run on meanwhile: SIGSTOP (which
-  // cannot be ignored) also stops those that ignore or catch SIGTSTP.
+  // redlock renews nothing (SIGSTOP stops the lease's loop thread with it), so no process of
+  // the group may run on meanwhile: SIGSTOP (which cannot be ignored) also stops those that
+  // ignore or catch SIGTSTP.
   signal_group(SIGSTOP);
   if (handed_terminal_ && terminal_.foreground() == child_) terminal_.give_to(::getpgrp());
   stop_self();
@@ -694,35 +764,12 @@ void RunSession::signal_group(int signal) {
   if (!group_gone_) ::kill(-child_, signal);
 }
 
-void RunSession::on_extend(redlock::Result result) {
-  extend_in_flight_ = false;
-  if (lost_) return;
-  if (result.ok()) {
-    lock_ = *result.lock;
-    ++extends_;
-    next_extend_ = lock_.started + lock_.ttl / 3;
-    return;
-  }
-  if (result.outcome == redlock::Outcome::lost) {
-    lose("an extend was refused: the key is gone or owned by another, or the masters that granted it restarted",
-         &result);
-    return;
-  }
-  // Transient (no quorum answered, or too late): retry soon while the current lease lasts.
-  const auto left = std::chrono::duration_cast<milliseconds>(client_->remaining(lock_));
-  next_extend_ = client_->now() + std::max(lock_.ttl / 10, milliseconds(10));
-  if (!out_.json()) {
-    out_.note("warning: extending " + resource() + " failed (" + std::string(redlock::to_string(result.outcome)) +
-              (result.message.empty() ? "" : ": " + result.message) + "); retrying, " +
-              std::to_string(left.count()) + " ms of the lease left");
-  }
-}
-
-void RunSession::lose(const std::string& why, const redlock::Result* result) {
+void RunSession::lose(const std::string& why) {
   lost_ = true;
   lost_reason_ = why;
   const auto now = client_->now();
-  kill_at_ = std::min(now + kill_after_, lock_.deadline - margin_);
+  const auto ends = deadline();
+  kill_at_ = std::min(now + kill_after_, ends - margin_);
   std::string text = "lost the lock on " + resource() + ": " + why;
   if (!group_gone_) {
     const std::string group = "the command's process group " + std::to_string(child_);
@@ -737,14 +784,9 @@ void RunSession::lose(const std::string& why, const redlock::Result* result) {
       sigterm_at_ = now;
       text += "; sent SIGTERM to " + group + ", SIGKILL in " + ms_text(kill_at_ - now) + " if it is still running";
     }
-    text += " (the lock's validity ends in " + ms_text(lock_.deadline - now) + "); will exit 75";
+    text += " (the lock's validity ends in " + ms_text(ends - now) + "); will exit 75";
   }
-  if (out_.json()) return;
-  if (result != nullptr) {
-    out_.failure(text, *result);
-  } else {
-    out_.note(text);
-  }
+  if (!out_.json()) out_.note(text);
 }
 
 void RunSession::restore_terminal() {
@@ -765,7 +807,7 @@ void RunSession::report(int code, const redlock::Result* release) const {
   object["notes"] = notes_;
   object["exit_code"] = code;
   add_run_keys(object);
-  object["extends"] = extends_;
+  object["extends"] = extends_->load();
   object["lock_lost"] = lost_;
   object["lost_reason"] = lost_ ? Json(lost_reason_) : Json(nullptr);
   const int status = child_status_.value_or(0);
@@ -780,7 +822,7 @@ void RunSession::report(int code, const redlock::Result* release) const {
   // a lock that was held has a lease.
   if (acquired_.ok() && interrupted_ == 0) {
     object["lease"] = {
-        {"deadline_ns", monotonic_ns(lock_.deadline)},
+        {"deadline_ns", monotonic_ns(deadline())},
         {"kill_after_ms", kill_after_.count()},
         {"margin_ms", margin_.count()},
         {"sigterm_ns", time_json(sigterm_at_)},

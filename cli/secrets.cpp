@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -79,6 +80,50 @@ std::string octal_mode(mode_t mode) {
 }
 
 constexpr std::size_t kMaxMastersFileSize = 1 << 20;
+
+// "NAME=VALUE  # comment" when the line's first word has a '=' and no "://" (a URI always
+// has one); nullopt for a URI line. An unknown NAME is refused, naming the line.
+std::optional<FileSetting> setting_line(std::string_view line, const std::string& where, const std::string& path) {
+  const auto name_end = line.find_first_of("= \t");
+  if (name_end == std::string_view::npos || name_end == 0) return std::nullopt;
+  const std::string_view rest = trim(line.substr(name_end));
+  const std::string_view name = line.substr(0, name_end);
+  if (rest.empty() || rest.front() != '=' || name.find("://") != std::string_view::npos) return std::nullopt;
+  FileSetting setting;
+  setting.name = std::string(name);
+  setting.where = "masters file " + where;
+  std::string_view value = rest.substr(1);
+  // A '#' after whitespace starts a comment, as after a URI.
+  for (std::size_t i = 1; i < value.size(); ++i) {
+    if (value[i] == '#' && (value[i - 1] == ' ' || value[i - 1] == '\t')) {
+      value = value.substr(0, i);
+      break;
+    }
+  }
+  value = trim(value);
+  if (setting.name == "tls-insecure-skip-verify") {
+    throw UsageError(setting.where + ": tls-insecure-skip-verify is not accepted in a masters file: turning off "
+                     "certificate checks must be seen on the command line of every use (--tls-insecure-skip-verify)");
+  }
+  if (std::find_if(std::begin(kFileSettingNames), std::end(kFileSettingNames),
+                   [&](const char* known) { return setting.name == known; }) == std::end(kFileSettingNames)) {
+    std::string known;
+    for (const char* known_name : kFileSettingNames) known += (known.empty() ? "" : ", ") + std::string(known_name);
+    throw UsageError(setting.where + ": unknown setting '" + printable(setting.name) + "' (known: " + known +
+                     "; a master is a URI such as rediss://host:6379)");
+  }
+  if (value.empty()) throw UsageError(setting.where + ": " + setting.name + " has no value");
+  setting.value = std::string(value);
+  // Paths relative to the file: `run` hands the file to commands that may work elsewhere.
+  const bool is_path = setting.name == "tls-ca-file" || setting.name == "tls-ca-dir" || setting.name == "tls-cert" ||
+                       setting.name == "tls-key";
+  if (is_path && setting.value.front() != '/') {
+    std::error_code error;
+    const auto base = std::filesystem::absolute(path, error).parent_path();
+    if (!error) setting.value = (base / setting.value).lexically_normal().string();
+  }
+  return setting;
+}
 
 }  // namespace
 
@@ -182,6 +227,16 @@ MastersFile read_masters_file(const std::string& path, std::string_view origin) 
     where += printable(path);
     where += "':" + std::to_string(line_number);
     if (line.empty() || line.front() == '#') continue;
+    if (auto setting = setting_line(line, where, path)) {
+      for (const auto& earlier : file.settings) {
+        if (earlier.name == setting->name) {
+          throw UsageError(setting->where + ": " + setting->name + " is set a second time (first in " + earlier.where +
+                           ")");
+        }
+      }
+      file.settings.push_back(std::move(*setting));
+      continue;
+    }
     const auto blank = line.find_first_of(" \t");
     if (blank != std::string_view::npos) {
       const std::string_view rest = trim(line.substr(blank));

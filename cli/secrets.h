@@ -42,14 +42,30 @@ void remember_command_line(int argc, char** argv);
 // password belongs in a masters file or REDLOCK_MASTERS, not on the command line.
 void hide_command_line_secrets(int argc, char** argv);
 
+// A setting line of a masters file, "NAME=VALUE" (e.g. tls-ca-file=/etc/redlock/ca.pem):
+// the TLS settings, named as their flags without the dashes (args.h, resolve_tls). Not
+// secrets (paths, a name, a version); a relative path is made relative to the file's directory.
+struct FileSetting {
+  std::string name;   // "tls-ca-file"
+  std::string value;  // as written, or the path made absolute
+  std::string where;  // "masters file 'F':LINE", for messages
+};
+// The names a masters file accepts. --tls-insecure-skip-verify is not one: it must be seen
+// on the command line of every use.
+inline constexpr const char* kFileSettingNames[] = {"tls-ca-file",     "tls-ca-dir",      "tls-cert", "tls-key",
+                                                    "tls-server-name", "tls-min-version", "allow-mixed-tls"};
+
 // A masters file: one URI per line; blank lines and lines starting with '#' are skipped, and
-// "URI  # comment" is allowed (a '#' after whitespace starts a comment). Refused (UsageError,
-// exit 64) when it cannot be read, lists no masters, has a line that is not one valid URI
-// (named as FILE:LINE, the URI masked), or holds a password while group or others have any
-// access to it (mode & 077, as ssh refuses a private key): the message names the file and
-// its mode. `origin` names where the path came from, for messages.
+// "URI  # comment" is allowed (a '#' after whitespace starts a comment). A line whose first
+// word is NAME=VALUE (no "://") is a setting (FileSetting; VALUE is the rest of the line up to
+// a comment). Refused (UsageError, exit 64) when it cannot be read, lists no masters, has a
+// line that is not one valid URI or known setting (named as FILE:LINE, the URI masked), or
+// holds a password while group or others have any access to it (mode & 077, as ssh refuses a
+// private key): the message names the file and its mode. `origin` names where the path came
+// from, for messages.
 struct MastersFile {
   std::vector<std::string> masters;
+  std::vector<FileSetting> settings;
   std::string absolute_path;  // what `run` passes on as REDLOCK_MASTERS_FILE
 };
 [[nodiscard]] MastersFile read_masters_file(const std::string& path, std::string_view origin);

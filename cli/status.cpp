@@ -47,7 +47,7 @@ Json status_json(const redlock::FleetStatus& status, int code) {
     Json row;
     row["endpoint"] = m.endpoint;
     row["reachable"] = m.reachable;
-    row["error"] = m.error;
+    row["error"] = in_cli_terms(m.error);
     row["connected_before"] = m.connected_before;
     row["rtt_us"] = count_or_null(m.round_trip);
     row["role"] = or_null(m.role);
@@ -127,7 +127,7 @@ void print_table(const redlock::FleetStatus& status, bool with_resource) {
     out += "\n";
   }
   for (const auto& m : status.masters) {
-    if (!m.reachable) out += "error: " + m.endpoint + ": " + m.error + "\n";
+    if (!m.reachable) out += "error: " + m.endpoint + ": " + in_cli_terms(m.error) + "\n";
     if (!m.counted && m.reachable) out += "note: " + m.endpoint + ": " + m.not_counted_reason + "\n";
     if (!m.counted_because.empty()) out += "note: " + m.endpoint + ": " + m.counted_because + "\n";
     for (const auto& warning : m.warnings) out += "warning: " + m.endpoint + ": " + warning + "\n";

@@ -84,8 +84,9 @@ std::size_t declared_elements(const redisReply& reply) {
 }
 
 // One master's status for this reply in a round of `kind`: exactly one, and it says why.
-void check_vote(const redisReply& reply, RoundKind kind, bool fencing, std::uint64_t fence) {
-  const ReplyVote vote = classify_reply(kind, fencing, fence, reply);
+// `learn_pttl`: an unfenced acquire's waiting variant (integer PTTL when held).
+void check_vote(const redisReply& reply, RoundKind kind, bool fencing, std::uint64_t fence, bool learn_pttl = false) {
+  const ReplyVote vote = classify_reply(kind, fencing, fence, reply, learn_pttl);
   switch (vote.status) {
     case MasterStatus::ok:
     case MasterStatus::held_by_other:
@@ -102,9 +103,20 @@ void check_vote(const redisReply& reply, RoundKind kind, bool fencing, std::uint
   if (reply.type == REDIS_REPLY_ERROR)
     FUZZ_CHECK(vote.status == MasterStatus::server_error, "error reply not an error");
   if (vote.status != MasterStatus::server_error) {
-    FUZZ_CHECK(reply.type == REDIS_REPLY_STATUS || reply.type == REDIS_REPLY_INTEGER || reply.type == REDIS_REPLY_NIL,
+    // The one array that is an answer: a release's {1, receivers} (deleted, and announced).
+    const bool announced_release = kind == RoundKind::release && vote.status == MasterStatus::ok &&
+                                   reply.type == REDIS_REPLY_ARRAY;
+    FUZZ_CHECK(reply.type == REDIS_REPLY_STATUS || reply.type == REDIS_REPLY_INTEGER || reply.type == REDIS_REPLY_NIL ||
+                   announced_release,
                "a string or an array counted as an answer");
+    if (announced_release) FUZZ_CHECK(vote.receivers > 0, "an announced release without receivers");
   }
+  FUZZ_CHECK(vote.receivers >= 0 && (vote.receivers == 0 || (kind == RoundKind::release && vote.status == MasterStatus::ok)),
+             "receivers outside a successful release");
+  FUZZ_CHECK(vote.pttl == redlock::detail::kPttlUnknown ||
+                 (learn_pttl && kind == RoundKind::acquire && !fencing && vote.status == MasterStatus::held_by_other &&
+                  vote.pttl >= -1),
+             "a PTTL outside a waiting acquire that found the key held, or below -1");
   if (vote.status == MasterStatus::ok) {
     if (kind == RoundKind::acquire && fencing) {
       FUZZ_CHECK(reply.type == REDIS_REPLY_INTEGER && vote.counter == reply.integer && vote.counter > 0,
@@ -235,6 +247,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         check_vote(*reply, kind, false, fence);
       }
       check_vote(*reply, RoundKind::acquire, true, fence);
+      check_vote(*reply, RoundKind::acquire, false, fence, true);
       check_handshake_reply(*reply, fence);
       replies.push_back(show(*reply));
     }

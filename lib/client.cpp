@@ -3,6 +3,7 @@
 #include "redlock/client.h"
 
 #include "detail/client_impl.h"
+#include "detail/lock_state.h"
 
 namespace redlock {
 
@@ -31,21 +32,10 @@ OperationId Client::acquire_async(std::string resource, Callback done, AcquireOp
 }
 
 OperationId Client::extend_async(Lock lock, Callback done, std::optional<Milliseconds> ttl) {
-  auto op = std::make_shared<Operation>();
-  op->done = std::move(done);
-  op->key = lock.key;
-  op->ttl = ttl.value_or(lock.ttl);
-  op->part = ExtendPart{std::move(lock)};
-  return impl_->submit(std::move(op));
+  return impl_->extend_async(std::move(lock), std::move(done), ttl);
 }
 
-OperationId Client::release_async(Lock lock, Callback done) {
-  auto op = std::make_shared<Operation>();
-  op->done = std::move(done);
-  op->key = std::move(lock.key);
-  op->part = ReleasePart{std::move(lock.token), false, {}};
-  return impl_->submit(std::move(op));
-}
+OperationId Client::release_async(Lock lock, Callback done) { return impl_->release_async(std::move(lock), std::move(done)); }
 
 void Client::cancel(OperationId id) { impl_->cancel_soon(id); }
 
@@ -86,5 +76,59 @@ std::chrono::microseconds Client::remaining(const Lock& lock) const {
   const auto left = std::chrono::duration_cast<std::chrono::microseconds>(lock.deadline - impl_->clock().now());
   return std::max(left, std::chrono::microseconds{0});
 }
+
+namespace detail {
+
+namespace {
+
+// The extend of `lock` on `client`. A Lock from another Client (its deadline is on that
+// Client's validity clock, its LockState holds that Client's restart-guard epochs and is
+// written on that Client's loop) or from adopt() is extended like an adopted one: its old
+// deadline is ignored, and the result gets a state of this Client's own (no epochs: the
+// restart guard does not track it, as for any adopted lock).
+std::shared_ptr<Operation> extend_operation(const ClientImpl& client, Lock lock, Callback done,
+                                            std::optional<Milliseconds> ttl) {
+  if (!client.granted_here(lock)) {
+    if (LockAccess::state(lock)) LockAccess::set_adopted(lock, true);
+    auto state = std::make_shared<LockState>(client.size());
+    state->granted_by = &client;
+    LockAccess::set_state(lock, std::move(state));
+  }
+  auto op = std::make_shared<Operation>();
+  op->done = std::move(done);
+  op->key = lock.key;
+  op->ttl = ttl.value_or(lock.ttl);
+  op->part = ExtendPart{std::move(lock)};
+  return op;
+}
+
+}  // namespace
+
+bool ClientImpl::granted_here(const Lock& lock) const noexcept {
+  const auto& state = LockAccess::state(lock);
+  return state && state->granted_by == this;
+}
+
+OperationId ClientImpl::extend_async(Lock lock, Callback done, std::optional<Milliseconds> ttl) {
+  return submit(extend_operation(*this, std::move(lock), std::move(done), ttl));
+}
+
+OperationId ClientImpl::extend_now(Lock lock, Callback done, std::optional<Milliseconds> ttl) {
+  auto op = extend_operation(*this, std::move(lock), std::move(done), ttl);
+  op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  const OperationId id = op->id;
+  begin(op);
+  return id;
+}
+
+OperationId ClientImpl::release_async(Lock lock, Callback done) {
+  auto op = std::make_shared<Operation>();
+  op->done = std::move(done);
+  op->key = std::move(lock.key);
+  op->part = ReleasePart{std::move(lock.token), false, {}};
+  return submit(std::move(op));
+}
+
+}  // namespace detail
 
 }  // namespace redlock

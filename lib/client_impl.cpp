@@ -3,6 +3,8 @@
 // retry, finish (detail/client_impl.h).
 #include "detail/client_impl.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <future>
 #include <utility>
@@ -59,8 +61,11 @@ ClientImpl::ClientImpl(ClientOptions options)
       diagnostics_(endpoints_, options_.on_warning),
       commands_(options_.key_prefix, options_.fence_key),
       loop_(std::make_unique<EventLoop>(options_.loop)),
+      deadlines_(*loop_),
       masters_(*loop_, options_, endpoints_, commands_, diagnostics_, tls_.get()),
-      round_context_{*loop_, masters_, commands_, diagnostics_, *clock_, options_.command_timeout} {
+      round_context_{*loop_, masters_, commands_, diagnostics_, *clock_, options_.command_timeout, deadlines_, command_buffer_},
+      watch_(*loop_, options_, endpoints_, tls_.get(), masters_,
+             [this](const std::string& key) { on_release_announced(key); }) {
   // Connections are created on the loop thread: they register with the loop, which is
   // already running there. A Client on a caller's loop may be destroyed before that loop
   // ever ran this task: then the masters are closed and start() does nothing.
@@ -116,12 +121,14 @@ void ClientImpl::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   shutting_down_ = true;
+  stop_leases();  // before the loop closes: they must not post to it from now on
   std::vector<OperationId> live;
   for (auto& [id, op] : operations_) {
     if (!op->internal()) live.push_back(id);
   }
   for (const OperationId id : live) cancel(id);
   masters_.close();
+  watch_.close();
   for (auto& [id, op] : operations_) op->round.reset();  // cut op <-> round cycles
   operations_.clear();
   loop_->close();
@@ -130,11 +137,18 @@ void ClientImpl::shutdown() {
 OperationId ClientImpl::submit(std::shared_ptr<Operation> op) {
   op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
   const OperationId id = op->id;
-  if (!loop_->post([this, op] { begin(op); })) {
+  // The task carries two raw pointers: they fit in std::function's own storage, so handing
+  // an operation to the loop allocates nothing (a captured shared_ptr would). Meanwhile the
+  // operation owns itself, and begin() takes that over. Every task the loop accepts runs
+  // (EventLoop::close runs what is still queued), so none is left owning itself.
+  Operation* const raw = op.get();
+  raw->in_transit = std::move(op);
+  if (!loop_->post([this, raw] { begin(std::exchange(raw->in_transit, nullptr)); })) {
+    const std::shared_ptr<Operation> refused = std::exchange(raw->in_transit, nullptr);
     Result result;
     result.outcome = Outcome::cancelled;
     result.message = "the client is shutting down";
-    call_user(op->done, std::move(result));
+    call_user(refused->done, std::move(result));
   }
   return id;
 }
@@ -172,6 +186,19 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
     return;
   }
   operations_.emplace(op->id, op);
+  if (kind == RoundKind::acquire && options_.yield_to_waiters.count() > 0) {
+    // Fairness: this Client released this key lately and waiters elsewhere heard it.
+    if (const auto it = yield_until_.find(op->key); it != yield_until_.end()) {
+      std::uint64_t until = it->second;
+      yield_until_.erase(it);
+      const std::uint64_t wait_deadline = op->acquire().wait_deadline_ns;
+      if (wait_deadline != 0) until = std::min(until, wait_deadline);
+      if (until > now_ns()) {
+        arm_retry(op, until, false);
+        return;
+      }
+    }
+  }
   send_round(op, kind);
 }
 
@@ -183,18 +210,27 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
     case RoundKind::acquire:
       op->acquire().attempt_token = make_token();
       args.fencing = op->acquire().fencing;
+      // Retries learn the holders' PTTLs; the first attempt stays a plain SET NX PX.
+      args.learn_pttl = !args.fencing && op->attempts > 1;
       break;
     case RoundKind::fence:
       args.fencing = true;
       args.fence = op->acquire().fenced->fence;
       break;
     case RoundKind::extend:
-      extended = LockAccess::state(op->extend().lock);
+      // Only a state whose epochs this Client's restart guard recorded (not the fresh one of an
+      // adopted or other Client's Lock, which records none).
+      if (const auto& state = LockAccess::state(op->extend().lock); state && state->votes > 0) extended = state;
       break;
     case RoundKind::release:
       break;
   }
-  args.token = op->token();
+  if (kind == RoundKind::release) {
+    // A release sends its token in this one round (a NOSCRIPT resend encodes the round's own).
+    args.token = std::move(std::get<ReleasePart>(op->part).token);
+  } else {
+    args.token = op->token();
+  }
   // A raw pointer is enough, and keeps the callback allocation-free (two pointers fit in
   // std::function's own storage): an undecided round's operation is alive in operations_,
   // and every way an operation ends closes its undecided round first (close() drops this).
@@ -241,6 +277,7 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
   switch (round.kind()) {
     case RoundKind::release:
       if (success) result.outcome = Outcome::released;
+      if (success && !op->internal()) note_release(*op, round);
       if (op->internal()) warn_failed_release(*op, result);
       finish(op, std::move(result));
       return;
@@ -252,7 +289,10 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
       }
       return;
     case RoundKind::acquire: {
-      if (!success) break;
+      if (!success) {
+        op->acquire().free_at_ns = round.args().learn_pttl ? quorum_free_at(round, result.masters) : 0;
+        break;
+      }
       auto state = std::make_shared<LockState>(size);
       for (std::uint32_t i = 0; i < size; ++i) {
         if (result.masters[i].status == MasterStatus::ok) {
@@ -282,7 +322,10 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
       return;
     }
     case RoundKind::fence: {
-      if (!success) break;
+      if (!success) {
+        op->acquire().free_at_ns = 0;
+        break;
+      }
       FencedGrant fenced = std::move(*op->acquire().fenced);
       op->acquire().fenced.reset();
       result.masters = std::move(fenced.masters);
@@ -299,7 +342,10 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
                        Result result, std::shared_ptr<LockState> state, std::uint64_t fence) {
   const bool acquiring = op->kind() == RoundKind::acquire;
   const auto drift = drift_for(op->ttl, options_.drift_factor, options_.drift_constant);
-  const auto deadline = started + op->ttl - drift;
+  auto deadline = started + op->ttl - drift;
+  // An extend never shortens (the script keeps a longer PTTL), so the lock's deadline never
+  // moves earlier. An adopted lock's old deadline means nothing.
+  if (!acquiring && !op->extend().lock.adopted()) deadline = std::max(deadline, op->extend().lock.deadline);
   const auto now = clock_->now();
   const auto validity = std::chrono::duration_cast<microseconds>(deadline - now);
   if (validity <= options_.min_validity) {
@@ -313,17 +359,20 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
     }
     return;
   }
+  // The operation ends here: what the Lock needs is moved out of it (its key stays: finish()
+  // stops waiting on it).
   Lock lock;
   if (acquiring) {
-    const AcquirePart& acquire = op->acquire();
-    lock.resource = acquire.resource;
+    AcquirePart& acquire = op->acquire();
+    lock.resource = std::move(acquire.resource);
     lock.key = op->key;
-    lock.token = acquire.attempt_token;
+    lock.token = std::move(acquire.attempt_token);
     lock.fence = fence;
+    state->granted_by = this;
     LockAccess::set_state(lock, std::move(state));
     masters_.remember(LockAccess::state(lock));
   } else {
-    lock = op->extend().lock;
+    lock = std::move(op->extend().lock);
     LockAccess::set_adopted(lock, false);  // its validity is known from now on
   }
   lock.ttl = op->ttl;
@@ -337,30 +386,214 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
 }
 
 // A failed acquire attempt: release it everywhere, then retry or give up.
+//
+// Waiting (docs/design.md "Waiting"): the next attempt comes at the earliest of a release
+// announced for the key (ReleaseWatch: at once, jittered), the moment a quorum of the
+// holders' keys could have expired (free_at_ns), and, while release notifications cannot be
+// relied on or that moment is unknown, retry_delay (polling). Polls and retries at a known
+// expiry use up retry_count; wake-ups do not, and are bounded by its time budget
+// (retry_deadline), `wait` and the free-retry backoff (note_failure).
 void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result result) {
   AcquirePart& acquire = op->acquire();
+  const std::uint64_t now = now_ns();
+  note_failure(acquire, now);
   // Released on every master, including those that timed out or have not answered: their
   // SET may still land, and this release is queued behind it on the same connection.
   release_in_background(op->key, acquire.attempt_token, op->ttl);
   acquire.fenced.reset();
-  const auto delay_ms = std::max<long long>(
-      0, options_.retry_delay.count() + std::uniform_int_distribution<long long>(
-                                            -options_.retry_jitter.count(), options_.retry_jitter.count())(jitter_rng_));
-  const std::uint64_t retry_at = deadline_after(now_ns(), Milliseconds(delay_ms));
-  const bool within_wait = acquire.wait_deadline_ns == 0 || retry_at < acquire.wait_deadline_ns;
-  if (acquire.retries_left == 0 || !within_wait || shutting_down_) {
+  if (acquire.retries_left == 0 || shutting_down_) {
     finish(op, std::move(result));
     return;
   }
-  if (acquire.retries_left > 0) --acquire.retries_left;
+  if (acquire.budget_deadline_ns == 0 && acquire.retries_left > 0) {
+    // The time retry_count polling retries would take (saturating: "no budget").
+    const auto per_retry = options_.retry_delay + options_.retry_jitter;
+    if (per_retry.count() > 0 && acquire.retries_left <= kMaxDuration / per_retry) {
+      acquire.budget_deadline_ns = deadline_after(now, per_retry * acquire.retries_left);
+    }
+  }
+  if (options_.release_notifications && !acquire.watching) {
+    acquire.watching = true;
+    watch_.watch(op->key);
+    waiting_[op->key].push_back(op->id);
+  }
+  const auto delay_ms = std::max<long long>(
+      0, options_.retry_delay.count() + std::uniform_int_distribution<long long>(
+                                            -options_.retry_jitter.count(), options_.retry_jitter.count())(jitter_rng_));
+  const std::uint64_t poll_at = deadline_after(now, Milliseconds(delay_ms));
+  const auto before = [](std::uint64_t at, std::uint64_t deadline) { return deadline == 0 || at < deadline; };
+  const std::uint64_t free_deadline = retry_deadline(acquire);  // wait, and retry_count's time budget
+  const bool heard = options_.release_notifications && watch_.reliable(op->key);
+  // Consumed: a later failure that learned nothing (validity expired, a fence round) must not
+  // reuse a moment that has passed, which would retry at once again and again.
+  const std::uint64_t known_free_at = std::exchange(acquire.free_at_ns, 0);
   acquire.last = std::move(result);
-  acquire.retry_timer = loop_->schedule_at(retry_at, [this, op] {
-    op->acquire().retry_timer = 0;
+  // A free retry: a wake-up came while this attempt was out, or a quorum of the holders'
+  // keys could have expired before the next poll (or at all, when releases are heard).
+  // A retry at a known expiry replaces the poll: it uses one of retry_count like the poll would
+  // (a hostile master's PTTL 0 must not buy a round per millisecond).
+  const bool can_poll = acquire.retries_left != 0 && before(poll_at, acquire.wait_deadline_ns);
+  const bool woken = std::exchange(acquire.woken, false);
+  std::uint64_t free_at = 0;
+  if (woken) {
+    free_at = std::max(now + wake_jitter_ns(), acquire.free_not_before_ns);
+    if (can_poll && free_at >= poll_at) free_at = 0;  // backed off to the poll: poll
+  } else if (known_free_at != 0 && (heard || known_free_at < poll_at)) {
+    free_at = std::max(known_free_at, acquire.free_not_before_ns);
+  }
+  if (free_at != 0 && before(free_at, free_deadline)) {
+    const bool counted = !woken;
+    if (counted && acquire.retries_left > 0) --acquire.retries_left;
+    arm_retry(op, free_at, false);
+    acquire.polling = counted;
+    acquire.free_retry = true;
+    return;
+  }
+  if (heard && known_free_at != 0 && free_deadline != 0) {
+    // Only a release can free the key before the deadline, and it will be heard: listen.
+    arm_retry(op, free_deadline, true);
+    return;
+  }
+  if (can_poll) {
+    if (acquire.retries_left > 0) --acquire.retries_left;
+    arm_retry(op, poll_at, false);
+    acquire.polling = true;
+    return;
+  }
+  if (options_.release_notifications && free_deadline != 0 && now < free_deadline) {
+    // No poll left before the deadline, but a release may still be announced: listen.
+    arm_retry(op, free_deadline, true);
+    return;
+  }
+  finish(op, std::move(acquire.last));
+}
+
+std::uint64_t ClientImpl::wake_jitter_ns() {
+  // Waiters of one Client woken by one release spread over a few hundred microseconds (the
+  // loop's timers have millisecond resolution, so in practice they go within ~1 ms).
+  return std::uniform_int_distribution<std::uint64_t>(0, 300'000)(jitter_rng_);
+}
+
+// An attempt failed. Free retries (a wake-up's, or at a known expiry) are rate-limited: the
+// first goes at once; each failed one multiplies the spacing of the next by 4 (1, 4, 16, 64 ms
+// ..., up to retry_delay, where a wake-up is no sooner than the poll it would replace), counted
+// from the last failed attempt of any kind. An honest handoff (a release after a quiet spell)
+// is still retried at once; a PUBLISH flood costs a waiter about log4(retry_delay / 1 ms) extra
+// rounds per acquire, not one per round trip. A new acquire starts over.
+void ClientImpl::note_failure(AcquirePart& acquire, std::uint64_t now) const {
+  if (std::exchange(acquire.free_retry, false)) {
+    const std::uint64_t grown = acquire.free_backoff_ns == 0 ? 1'000'000 : acquire.free_backoff_ns * 4;
+    acquire.free_backoff_ns = std::min(to_ns(options_.retry_delay), grown);
+  }
+  acquire.free_not_before_ns = deadline_after(now, acquire.free_backoff_ns);
+}
+
+std::uint64_t ClientImpl::retry_deadline(const AcquirePart& acquire) noexcept {
+  const std::uint64_t a = acquire.wait_deadline_ns;
+  const std::uint64_t b = acquire.budget_deadline_ns;
+  if (a == 0) return b;
+  if (b == 0) return a;
+  return std::min(a, b);
+}
+
+void ClientImpl::arm_retry(const std::shared_ptr<Operation>& op, std::uint64_t at, bool give_up) {
+  AcquirePart& acquire = op->acquire();
+  if (acquire.retry_timer != 0) loop_->cancel(std::exchange(acquire.retry_timer, 0));
+  acquire.giving_up = give_up;
+  acquire.wake_scheduled = false;
+  acquire.polling = false;
+  acquire.free_retry = false;
+  acquire.retry_at_ns = at;
+  acquire.retry_timer = loop_->schedule_at(at, [this, op] {
+    AcquirePart& part = op->acquire();
+    part.retry_timer = 0;
+    part.wake_scheduled = false;
+    part.polling = false;
+    part.retry_at_ns = 0;
+    if (std::exchange(part.giving_up, false)) {
+      finish(op, std::move(part.last));
+      return;
+    }
     send_round(op, RoundKind::acquire);
   });
 }
 
+// The earliest moment a quorum of masters could be free, from a failed waiting round: a
+// master that granted (our attempt, released now) is free at once, a held one after its
+// PTTL; a master that did not say (error, timeout, no expiry, PTTL refused) is unknown.
+// One millisecond more: PTTL is whole milliseconds, and the key must have expired there.
+std::uint64_t ClientImpl::quorum_free_at(const Round& round, const std::vector<MasterResult>& masters) const {
+  std::vector<long long> known;
+  for (std::uint32_t i = 0; i < masters.size(); ++i) {
+    if (masters[i].status == MasterStatus::ok) {
+      known.push_back(0);
+    } else if (masters[i].status == MasterStatus::held_by_other && round.pttl(i) >= 0) {
+      // Clamped: a (hostile) PTTL beyond a year, or beyond the budget, means "not before the
+      // deadline" (fail_attempt); unclamped, `+ 1` below overflows and wraps to "free now".
+      known.push_back(std::min<long long>(round.pttl(i), kMaxDuration.count()));
+    }
+  }
+  const std::uint32_t quorum = masters_.quorum();
+  if (known.size() < quorum) return 0;
+  std::nth_element(known.begin(), known.begin() + (quorum - 1), known.end());
+  return deadline_after(now_ns(), Milliseconds(known[quorum - 1] + 1));
+}
+
+void ClientImpl::on_release_announced(const std::string& key) {
+  const auto it = waiting_.find(key);
+  if (it == waiting_.end()) return;
+  const std::uint64_t now = now_ns();
+  for (const OperationId id : it->second) {
+    const auto op_it = operations_.find(id);
+    if (op_it == operations_.end()) continue;
+    const std::shared_ptr<Operation>& op = op_it->second;
+    AcquirePart& acquire = op->acquire();
+    if (acquire.retry_timer == 0) {
+      acquire.woken = true;  // an attempt is out: retry at once if it fails
+      continue;
+    }
+    if (acquire.wake_scheduled) continue;
+    const std::uint64_t deadline = retry_deadline(acquire);
+    if (deadline != 0 && now >= deadline) continue;
+    // Backed off (note_failure): never later than the retry already scheduled.
+    const std::uint64_t at = std::max(now + wake_jitter_ns(), acquire.free_not_before_ns);
+    if (at >= acquire.retry_at_ns) continue;
+    // A wake-up that replaces a counted retry gives it back: it did not happen.
+    if (acquire.polling && acquire.retries_left >= 0) ++acquire.retries_left;
+    arm_retry(op, at, false);
+    acquire.wake_scheduled = true;
+    acquire.free_retry = true;
+  }
+}
+
+void ClientImpl::stop_waiting(Operation& op) {
+  AcquirePart& acquire = op.acquire();
+  if (!acquire.watching) return;
+  acquire.watching = false;
+  watch_.unwatch(op.key);
+  const auto it = waiting_.find(op.key);
+  if (it == waiting_.end()) return;
+  std::erase(it->second, op.id);
+  if (it->second.empty()) waiting_.erase(it);
+}
+
+// yield_to_waiters: a release that reached subscribers other than this Client's own makes
+// this Client's next acquire of the key wait (begin()).
+void ClientImpl::note_release(const Operation& op, const Round& round) {
+  if (options_.yield_to_waiters.count() <= 0) return;
+  // Compared, never summed: a master's count is whatever it says ({1, LLONG_MAX} would overflow).
+  bool others = false;
+  for (std::uint32_t i = 0; i < masters_.size() && !others; ++i) {
+    others = round.receivers(i) > (watch_.subscribed(op.key, i) ? 1 : 0);
+  }
+  if (!others) return;
+  const std::uint64_t now = now_ns();
+  if (yield_until_.size() >= 1024) std::erase_if(yield_until_, [now](const auto& entry) { return entry.second <= now; });
+  yield_until_[op.key] = deadline_after(now, options_.yield_to_waiters);
+}
+
 void ClientImpl::finish(const std::shared_ptr<Operation>& op, Result result) {
+  if (op->kind() == RoundKind::acquire) stop_waiting(*op);
   operations_.erase(op->id);
   op->round.reset();
   call_back(op->done, std::move(result));
@@ -414,11 +647,47 @@ Result ClientImpl::wait_for(const std::function<void(Callback)>& start) {
     throw UsageError("a blocking redlock call on the client's loop thread would wait for itself forever; "
                      "use the *_async functions in callbacks");
   }
-  // Shared so the promise outlives a set_value that is still returning on the loop thread.
-  auto promise = std::make_shared<std::promise<Result>>();
-  auto future = promise->get_future();
-  start([promise](Result result) { promise->set_value(std::move(result)); });
-  return future.get();
+  // One hand-off each way: the loop thread stores the Result and posts a semaphore, which
+  // wakes this thread with one futex call (none if it has not gone to sleep yet); no mutex or
+  // condition variable in between, and no spinning (std::atomic::wait yields in a loop first).
+  // Shared so the slot outlives a post that is still returning on the loop thread.
+  struct Slot {
+    Slot() {
+      if (const int rc = uv_sem_init(&done, 0); rc != 0) throw std::runtime_error(std::string("uv_sem_init: ") + uv_strerror(rc));
+    }
+    ~Slot() { uv_sem_destroy(&done); }
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+    void deliver(Result answer) {
+      if (delivered.exchange(true, std::memory_order_acq_rel)) return;
+      result = std::move(answer);
+      uv_sem_post(&done);
+    }
+    Result result;
+    uv_sem_t done;
+    std::atomic<bool> delivered{false};
+  };
+  // Every operation calls back exactly once. Should one ever be dropped without calling back,
+  // its callback's last copy answers `cancelled` instead of leaving this thread asleep forever.
+  struct Answer {
+    explicit Answer(std::shared_ptr<Slot> to) : slot(std::move(to)) {}
+    std::shared_ptr<Slot> slot;
+    Answer(const Answer&) = delete;
+    Answer& operator=(const Answer&) = delete;
+    ~Answer() {
+      if (slot->delivered.load(std::memory_order_acquire)) return;
+      Result dropped;
+      dropped.outcome = Outcome::cancelled;
+      dropped.message = "the operation ended without an answer (a redlock bug: please report it)";
+      slot->deliver(std::move(dropped));
+    }
+  };
+  auto slot = std::make_shared<Slot>();
+  auto answer = std::make_shared<Answer>(slot);
+  start([answer](Result result) { answer->slot->deliver(std::move(result)); });
+  answer.reset();
+  uv_sem_wait(&slot->done);
+  return std::move(slot->result);
 }
 
 bool ClientImpl::wait_connected(std::size_t count, Milliseconds timeout) {

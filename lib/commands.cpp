@@ -1,67 +1,77 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "detail/commands.h"
 
-#include "detail/hiredis_ptr.h"
-
-#include <hiredis/hiredis.h>
 #include <openssl/evp.h>
 
-#include <cstdlib>
-#include <memory>
+#include <charconv>
 #include <stdexcept>
-#include <vector>
 
 namespace redlock::detail {
 namespace {
 
-std::string encode(const char** argv, const std::size_t* lengths, int argc) {
-  char* raw = nullptr;
-  const int size = redisFormatCommandArgv(&raw, argc, argv, lengths);
-  if (size < 0 || raw == nullptr) throw std::bad_alloc();
-  const FormattedCommandPtr owned(raw);
-  return std::string(raw, static_cast<std::size_t>(size));
+void append_number(std::string& out, char type, std::size_t value) {
+  char digits[24];
+  const auto [end, ec] = std::to_chars(digits, digits + sizeof(digits), value);
+  out += type;
+  out.append(digits, end);
+  out += "\r\n";
+}
+
+void append_arg(std::string& out, const CommandArg& arg) {
+  append_number(out, '$', arg.first.size() + arg.second.size());
+  out += arg.first;
+  out += arg.second;
+  out += "\r\n";
 }
 
 }  // namespace
 
+DecimalText::DecimalText(long long value)
+    : size_(static_cast<std::size_t>(std::to_chars(text_, text_ + sizeof(text_), value).ptr - text_)) {}
+DecimalText::DecimalText(std::uint64_t value)
+    : size_(static_cast<std::size_t>(std::to_chars(text_, text_ + sizeof(text_), value).ptr - text_)) {}
+
+void append_command(std::string& out, std::initializer_list<CommandArg> argv) {
+  append_number(out, '*', argv.size());
+  for (const auto& arg : argv) append_arg(out, arg);
+}
+
 std::string encode_command(std::initializer_list<std::string_view> argv) {
-  std::vector<const char*> pointers;
-  std::vector<std::size_t> lengths;
-  pointers.reserve(argv.size());
-  lengths.reserve(argv.size());
-  for (const auto arg : argv) {
-    pointers.push_back(arg.data());
-    lengths.push_back(arg.size());
-  }
-  return encode(pointers.data(), lengths.data(), static_cast<int>(argv.size()));
+  std::string out;
+  append_number(out, '*', argv.size());
+  for (const auto arg : argv) append_arg(out, arg);
+  return out;
+}
+
+void append_set_nx_px(std::string& out, std::string_view key, std::string_view token, long long ttl_ms) {
+  const DecimalText ttl(ttl_ms);
+  append_command(out, {"SET", key, token, "NX", "PX", ttl.view()});
 }
 
 std::string encode_set_nx_px(std::string_view key, std::string_view token, long long ttl_ms) {
-  const std::string ttl = std::to_string(ttl_ms);
-  const char* argv[] = {"SET", key.data(), token.data(), "NX", "PX", ttl.data()};
-  const std::size_t lengths[] = {3, key.size(), token.size(), 2, 2, ttl.size()};
-  return encode(argv, lengths, 6);
+  std::string out;
+  append_set_nx_px(out, key, token, ttl_ms);
+  return out;
+}
+
+void append_script_call(std::string& out, const Script& script, bool use_eval,
+                        std::initializer_list<std::string_view> keys, std::initializer_list<CommandArg> args) {
+  constexpr std::size_t kMaxArgs = 8;
+  if (keys.size() + args.size() > kMaxArgs) throw std::invalid_argument("encode_script_call: too many arguments");
+  const DecimalText numkeys(static_cast<std::uint64_t>(keys.size()));
+  append_number(out, '*', 3 + keys.size() + args.size());
+  append_arg(out, use_eval ? std::string_view("EVAL") : std::string_view("EVALSHA"));
+  append_arg(out, use_eval ? script.source : std::string_view(script.sha1));
+  append_arg(out, numkeys.view());
+  for (const auto key : keys) append_arg(out, key);
+  for (const auto& arg : args) append_arg(out, arg);
 }
 
 std::string encode_script_call(const Script& script, bool use_eval, std::initializer_list<std::string_view> keys,
-                               std::initializer_list<std::string_view> args) {
-  constexpr std::size_t kMaxArgs = 8;
-  if (keys.size() + args.size() > kMaxArgs) throw std::invalid_argument("encode_script_call: too many arguments");
-  const char* argv[kMaxArgs + 3];
-  std::size_t lengths[kMaxArgs + 3];
-  int argc = 0;
-  auto push = [&](std::string_view arg) {
-    argv[argc] = arg.data();
-    lengths[argc] = arg.size();
-    ++argc;
-  };
-  const std::string numkeys = std::to_string(keys.size());
-  push(use_eval ? std::string_view("EVAL") : std::string_view("EVALSHA"));
-  push(use_eval ? script.source : std::string_view(script.sha1));
-  push(numkeys);
-  for (const auto key : keys) push(key);
-  for (const auto arg : args) push(arg);
-  return encode(argv, lengths, argc);
+                               std::initializer_list<CommandArg> args) {
+  std::string out;
+  append_script_call(out, script, use_eval, keys, args);
+  return out;
 }
 
 std::string script_sha1(std::string_view script) {

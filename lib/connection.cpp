@@ -219,11 +219,11 @@ void Connection::start_handshake() {
   // many steps it has; commands queued while connecting wait in held_ for that round trip,
   // because the permission check must answer before a lock's SET may go out.
   std::string handshake;
-  std::deque<Pending> handshake_pending;
+  RingQueue<Pending> queue;  // the handshake's replies first, then those of the commands held
   const auto now = now_ns();
   const auto step = [&](std::string encoded, Step kind, std::uint32_t tag = 0) {
     handshake += encoded;
-    handshake_pending.push_back({nullptr, tag, now, kind});
+    queue.push_back({nullptr, tag, now, kind});
   };
   const Endpoint& ep = options_.endpoint;
   if (!ep.password.empty()) {
@@ -238,11 +238,11 @@ void Connection::start_handshake() {
   }
   steps_ = options_.handshake_steps ? options_.handshake_steps() : std::vector<HandshakeStep>{};
   for (std::size_t i = 0; i < steps_.size(); ++i) step(steps_[i].encoded, Step::checked, static_cast<std::uint32_t>(i));
-  handshake_left_ = handshake_pending.size();
+  handshake_left_ = queue.size();
   held_.insert(0, out_);  // (nothing is written while connecting)
   out_ = std::move(handshake);
-  pending_.insert(pending_.begin(), std::make_move_iterator(handshake_pending.begin()),
-                  std::make_move_iterator(handshake_pending.end()));
+  for (; !pending_.empty(); pending_.pop_front()) queue.push_back(std::move(pending_.front()));
+  pending_.swap(queue);
   late_scan_ = 0;
   state_ = State::handshaking;
   flush();
@@ -263,12 +263,12 @@ void Connection::on_handshake_done() {
     // This user may not run the lock paths here: what was queued for this master is never
     // sent (it may hold a lock's SET). Every command still pending is one of those.
     held_.clear();
-    std::deque<Pending> refused;
+    RingQueue<Pending> refused;
     refused.swap(pending_);
     late_scan_ = 0;
     const std::string reason = "not permitted: " + info_.not_permitted;
-    for (auto& pending : refused) {
-      if (pending.sink) pending.sink->on_reply(pending.tag, nullptr, reason);
+    for (std::size_t i = 0; i < refused.size(); ++i) {
+      if (refused[i].sink) refused[i].sink->on_reply(refused[i].tag, nullptr, reason);
     }
     if (generation != generation_ || state_ != State::ready) return;  // a sink closed it
   }
@@ -285,7 +285,7 @@ std::string unsolicited(std::size_t bytes) {
 void Connection::on_read(const char* data, std::size_t size) {
   // With nothing outstanding these bytes answer nothing we asked: refuse them at once,
   // before holding any, so an idle connection cannot be made to buffer a stream.
-  if (pending_.empty()) {
+  if (pending_.empty() && !pushing()) {
     fail(unsolicited(size));
     return;
   }
@@ -302,8 +302,13 @@ void Connection::on_read(const char* data, std::size_t size) {
     }
     if (!reply) break;
     if (pending_.empty()) {
-      fail("protocol error: a reply arrived with no command outstanding");
-      return;
+      if (!pushing()) {
+        fail("protocol error: a reply arrived with no command outstanding");
+        return;
+      }
+      options_.on_push(*reply);
+      if (generation != generation_) return;  // the push handler dropped this socket
+      continue;
     }
     Pending pending = std::move(pending_.front());
     pending_.pop_front();
@@ -315,7 +320,7 @@ void Connection::on_read(const char* data, std::size_t size) {
   // A reply has begun: more replies than commands if nothing is left to answer, else the
   // stall check bounds how long it may take to finish.
   if (pending_.empty()) {
-    fail(unsolicited(reader_->buffered()));
+    if (!pushing()) fail(unsolicited(reader_->buffered()));
   } else if (stall_timer_ == 0 && options_.stall_timeout.count() > 0) {
     arm_stall_check();
   }
@@ -366,6 +371,17 @@ bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink,
   (state_ == State::ready ? out_ : held_).append(encoded);
   pending_.push_back({std::move(sink), tag, now_ns(), Step::command, late_after_ns});
   if (stall_timer_ == 0 && options_.stall_timeout.count() > 0) arm_stall_check();
+  return true;
+}
+
+bool Connection::send_push(std::string_view encoded) {
+  if (!pushing()) return false;
+  if (const std::size_t unsent = unsent_bytes(); unsent + encoded.size() > kMaxUnsentBytes) {
+    last_error_ = "backlog of " + std::to_string(unsent) + " bytes the master has not read (over " +
+                  std::to_string(kMaxUnsentBytes) + ")";
+    return false;
+  }
+  out_.append(encoded);
   return true;
 }
 
@@ -464,6 +480,7 @@ void Connection::fail(std::string reason) {
   close_socket();
   state_ = State::disconnected;
   fail_pending(last_error_);
+  if (state_ == State::disconnected && on_down) on_down();
   if (state_ == State::disconnected) schedule_reconnect();
 }
 
@@ -472,11 +489,11 @@ void Connection::fail_pending(const std::string& reason) {
   held_.clear();
   steps_.clear();
   handshake_left_ = 0;
-  std::deque<Pending> failed;
+  RingQueue<Pending> failed;
   failed.swap(pending_);
   late_scan_ = 0;
-  for (auto& pending : failed) {
-    if (pending.sink) pending.sink->on_reply(pending.tag, nullptr, reason);
+  for (std::size_t i = 0; i < failed.size(); ++i) {
+    if (failed[i].sink) failed[i].sink->on_reply(failed[i].tag, nullptr, reason);
   }
 }
 
@@ -499,7 +516,9 @@ void Connection::close_socket() {
     uv_cancel(reinterpret_cast<uv_req_t*>(&resolving_->req));
     resolving_ = nullptr;
   }
-  reader_.reset();
+  // Closed, not destroyed: a reply being delivered when the connection fails lives in the
+  // reader's memory (detail/reply_reader.h). The next socket gets a new reader.
+  if (reader_) reader_->close("the connection was closed");
   tls_.reset();  // the context keeps its session for the next connect's resumption
   if (socket_ == nullptr) return;
   socket_->owner = nullptr;

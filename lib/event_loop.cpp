@@ -2,7 +2,12 @@
 #include "detail/event_loop.h"
 
 #include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 
 #include <cstdio>
 #include <cstdlib>
@@ -30,9 +35,16 @@ EventLoop::EventLoop(uv_loop_t* external) {
     }
     loop_ = own_loop_.get();
   }
-  async_ = make_uv_handle<uv_async_t>();
-  uv_async_init(loop_, async_.get(), &EventLoop::on_async);
-  async_->data = this;
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+  wake_ = make_uv_handle<uv_poll_t>();
+  if (const int rc = uv_poll_init(loop_, wake_.get(), wake_fd_); rc != 0) {
+    delete wake_.release();  // never initialised: not for uv_close
+    ::close(wake_fd_);
+    throw std::runtime_error(std::string("uv_poll_init: ") + uv_strerror(rc));
+  }
+  wake_->data = this;
+  uv_poll_start(wake_.get(), UV_READABLE, &EventLoop::on_wake);
   timer_ = make_uv_handle<uv_timer_t>();
   uv_timer_init(loop_, timer_.get());
   timer_->data = this;
@@ -82,6 +94,7 @@ EventLoop::~EventLoop() {
       if (uv_loop_close(loop_) != 0) std::fputs("redlock: event loop not closed cleanly\n", stderr);
     }
   }
+  if (wake_fd_ >= 0) ::close(wake_fd_);  // close() did not run
 }
 
 bool EventLoop::in_loop_thread() const noexcept {
@@ -93,28 +106,52 @@ void EventLoop::note_loop_thread() noexcept {
 }
 
 bool EventLoop::post(Task task) {
-  // uv_async_send under the mutex: close() sets closing_ under the same mutex before it
-  // closes the async handle, so a send can never race the close.
+  // The write under the mutex: close() sets closing_ under the same mutex before it closes
+  // the eventfd, so a write can never race the close.
   const std::lock_guard guard(queue_mutex_);
   if (closing_) return false;
   queue_.push_back(std::move(task));
-  uv_async_send(async_.get());
+  // Also from the loop thread: draining such posts before the next poll instead (tried) lost
+  // wake-ups to a caller's prepare handle running after ours, and let a task that re-posts
+  // itself keep the loop from ever polling (review). The eventfd keeps I/O and timers between.
+  wake();
   return true;
 }
 
-void EventLoop::on_async(uv_async_t* handle) {
+void EventLoop::wake() noexcept {
+  // acq_rel: on_wake's exchange reads this one, so a push before it happens before its drain.
+  if (wake_pending_.exchange(true, std::memory_order_acq_rel)) return;
+  const std::uint64_t one = 1;
+  while (::write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+  // EAGAIN (the counter at its maximum) cannot happen: one write per drain.
+}
+
+void EventLoop::on_wake(uv_poll_t* handle, int /*status*/, int /*events*/) {
   auto* self = static_cast<EventLoop*>(handle->data);
   self->note_loop_thread();
+  std::uint64_t count = 0;
+  while (::read(self->wake_fd_, &count, sizeof count) < 0 && errno == EINTR) {
+  }
+  // Cleared before the drain: a post after this point writes again and is drained by the
+  // next wake-up (or by this drain, and the next one finds nothing); none is missed.
+  self->wake_pending_.exchange(false, std::memory_order_acq_rel);
   self->drain_queue();
 }
 
 void EventLoop::drain_queue() {
+  // The queue's memory goes round between queue_, the batch and spare_, so a post into an
+  // idle loop does not allocate. Local batch: a task may drain again (close()).
   std::vector<Task> batch;
   {
     const std::lock_guard guard(queue_mutex_);
     batch.swap(queue_);
+    queue_.swap(spare_);
   }
   for (auto& task : batch) task();
+  batch.clear();
+  const std::lock_guard guard(queue_mutex_);
+  if (spare_.capacity() < batch.capacity()) spare_.swap(batch);
 }
 
 EventLoop::TimerId EventLoop::schedule_at(std::uint64_t deadline_ns, Task task) {
@@ -205,7 +242,8 @@ void EventLoop::close() {
   // Each is freed once libuv has run its close callback (detail/uv_handle.h).
   idle_.reset();
   check_.reset();
-  async_.reset();
+  wake_.reset();
+  ::close(std::exchange(wake_fd_, -1));  // libuv stopped polling it at uv_close
   timer_.reset();
   prepare_.reset();
 }

@@ -58,7 +58,9 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
     }
     if (read_ == needed_ && !raising_) {
       raising_ = true;
-      if (!owner_.masters_.send(target_, owner_.commands_.fence_raise(highest_, true), shared_from_this())) {
+      std::string raise;
+      owner_.commands_.fence_raise(raise, highest_, true);
+      if (!owner_.masters_.send(target_, raise, shared_from_this())) {
         finish(false);
       }
     } else if (answered_ == asked_ && read_ < needed_) {

@@ -5,8 +5,6 @@
 
 namespace redlock::detail {
 
-void ReplyDeleter::operator()(redisReply* reply) const noexcept { freeReplyObject(reply); }
 void ReaderDeleter::operator()(redisReader* reader) const noexcept { redisReaderFree(reader); }
-void FormattedCommandDeleter::operator()(char* command) const noexcept { redisFreeCommand(command); }
 
 }  // namespace redlock::detail

@@ -31,44 +31,68 @@ std::string describe_unexpected(const redisReply& reply) {
 
 }  // namespace
 
+std::string release_channel(std::string_view key) {
+  std::string channel(kReleaseChannelPrefix);
+  channel += key;
+  return channel;
+}
+
 LockCommands::LockCommands(std::string key_prefix, std::string fence_key)
     : key_prefix_(std::move(key_prefix)), fence_key_(std::move(fence_key)) {}
 
-std::string LockCommands::encode(const RoundArgs& args, bool use_eval) const {
+void LockCommands::append(std::string& out, const RoundArgs& args, bool use_eval) const {
   switch (args.kind) {
     case RoundKind::acquire:
-      return args.fencing ? fenced_acquire(args.key, args.token, args.ttl, use_eval)
-                          : acquire(args.key, args.token, args.ttl);
+      if (args.fencing) {
+        fenced_acquire(out, args.key, args.token, args.ttl, use_eval);
+      } else if (args.learn_pttl) {
+        waiting_acquire(out, args.key, args.token, args.ttl, use_eval);
+      } else {
+        acquire(out, args.key, args.token, args.ttl);
+      }
+      return;
     case RoundKind::extend:
-      return extend(args.key, args.token, args.ttl, use_eval);
+      extend(out, args.key, args.token, args.ttl, use_eval);
+      return;
     case RoundKind::release:
-      return release(args.key, args.token, use_eval);
+      release(out, args.key, args.token, use_eval);
+      return;
     case RoundKind::fence:
-      return fence_raise(args.fence, use_eval);
+      fence_raise(out, args.fence, use_eval);
+      return;
   }
-  return {};
 }
 
-std::string LockCommands::acquire(std::string_view key, std::string_view token, std::chrono::milliseconds ttl) {
-  return encode_set_nx_px(key, token, ttl.count());
+void LockCommands::acquire(std::string& out, std::string_view key, std::string_view token,
+                           std::chrono::milliseconds ttl) {
+  append_set_nx_px(out, key, token, ttl.count());
 }
 
-std::string LockCommands::fenced_acquire(std::string_view key, std::string_view token, std::chrono::milliseconds ttl,
-                                         bool use_eval) const {
-  return encode_script_call(fenced_acquire_, use_eval, {key, fence_key_}, {token, std::to_string(ttl.count())});
+void LockCommands::waiting_acquire(std::string& out, std::string_view key, std::string_view token,
+                                   std::chrono::milliseconds ttl, bool use_eval) const {
+  const DecimalText px(static_cast<long long>(ttl.count()));
+  append_script_call(out, waiting_acquire_, use_eval, {key}, {token, px.view()});
 }
 
-std::string LockCommands::extend(std::string_view key, std::string_view token, std::chrono::milliseconds ttl,
-                                 bool use_eval) const {
-  return encode_script_call(extend_, use_eval, {key}, {token, std::to_string(ttl.count())});
+void LockCommands::fenced_acquire(std::string& out, std::string_view key, std::string_view token,
+                                  std::chrono::milliseconds ttl, bool use_eval) const {
+  const DecimalText px(static_cast<long long>(ttl.count()));
+  append_script_call(out, fenced_acquire_, use_eval, {key, fence_key_}, {token, px.view()});
 }
 
-std::string LockCommands::release(std::string_view key, std::string_view token, bool use_eval) const {
-  return encode_script_call(release_, use_eval, {key}, {token});
+void LockCommands::extend(std::string& out, std::string_view key, std::string_view token,
+                          std::chrono::milliseconds ttl, bool use_eval) const {
+  const DecimalText px(static_cast<long long>(ttl.count()));
+  append_script_call(out, extend_, use_eval, {key}, {token, px.view()});
 }
 
-std::string LockCommands::fence_raise(std::uint64_t fence, bool use_eval) const {
-  return encode_script_call(fence_raise_, use_eval, {fence_key_}, {std::to_string(fence)});
+void LockCommands::release(std::string& out, std::string_view key, std::string_view token, bool use_eval) const {
+  append_script_call(out, release_, use_eval, {key}, {token, CommandArg(kReleaseChannelPrefix, key)});
+}
+
+void LockCommands::fence_raise(std::string& out, std::uint64_t fence, bool use_eval) const {
+  const DecimalText value(fence);
+  append_script_call(out, fence_raise_, use_eval, {fence_key_}, {value.view()});
 }
 
 std::string LockCommands::fence_read() const { return encode_command({"GET", fence_key_}); }
@@ -77,7 +101,7 @@ bool is_noscript(const redisReply* reply) noexcept {
   return reply != nullptr && reply->type == REDIS_REPLY_ERROR && starts_with(*reply, "NOSCRIPT");
 }
 
-ReplyVote classify_reply(RoundKind kind, bool fencing, std::uint64_t fence, const redisReply& reply) {
+ReplyVote classify_reply(RoundKind kind, bool fencing, std::uint64_t fence, const redisReply& reply, bool learn_pttl) {
   ReplyVote vote;
   if (reply.type == REDIS_REPLY_ERROR) {
     // A row with server_error must say what went wrong, even when the master said nothing.
@@ -91,6 +115,10 @@ ReplyVote classify_reply(RoundKind kind, bool fencing, std::uint64_t fence, cons
       vote.status = MasterStatus::ok;
     } else if (reply.type == REDIS_REPLY_NIL) {
       vote.status = MasterStatus::held_by_other;
+    } else if (learn_pttl && reply.type == REDIS_REPLY_INTEGER && reply.integer >= kPttlUnknown) {
+      // kWaitingAcquireScript: held, with the key's PTTL (or -1 / kPttlUnknown).
+      vote.status = MasterStatus::held_by_other;
+      vote.pttl = reply.integer == -2 ? kPttlUnknown : reply.integer;
     }
   } else if (fenced_acquire) {
     // kFencedAcquireScript: the counter after INCR when granted, nil when held.
@@ -110,6 +138,12 @@ ReplyVote classify_reply(RoundKind kind, bool fencing, std::uint64_t fence, cons
     static constexpr MasterStatus kByValue[] = {MasterStatus::held_by_other, MasterStatus::not_found,
                                                 MasterStatus::ok};
     vote.status = kByValue[reply.integer + 1];
+  } else if (kind == RoundKind::release && reply.type == REDIS_REPLY_ARRAY && reply.elements == 2 &&
+             reply.element[0]->type == REDIS_REPLY_INTEGER && reply.element[0]->integer == 1 &&
+             reply.element[1]->type == REDIS_REPLY_INTEGER && reply.element[1]->integer > 0) {
+    // kReleaseScript: deleted, and the announcement reached this many subscribers.
+    vote.status = MasterStatus::ok;
+    vote.receivers = reply.element[1]->integer;
   }
   if (vote.status == MasterStatus::server_error) vote.error = describe_unexpected(reply);
   return vote;

@@ -76,6 +76,10 @@ std::optional<std::string> MasterSet::not_permitted(std::uint32_t index, bool fe
   return std::nullopt;
 }
 
+bool MasterSet::notifications_permitted(std::uint32_t index) const noexcept {
+  return ready(index) && connections_[index]->server_info().notify_not_permitted.empty();
+}
+
 bool MasterSet::ready(std::uint32_t index) const noexcept {
   return index < connections_.size() && connections_[index]->ready();
 }
@@ -125,8 +129,10 @@ void MasterSet::on_ready(std::uint32_t index) {
 void MasterSet::warn_permissions(std::uint32_t index) {
   const auto& info = connections_[index]->server_info();
   std::string& warned = warned_[index].permission;
-  const std::string problem = info.not_permitted + "|" + info.fence_not_permitted;
-  if (problem == "|") {
+  // Release notifications matter only when the Client uses them.
+  const std::string& notify = options_.release_notifications ? info.notify_not_permitted : std::string();
+  const std::string problem = info.not_permitted + "|" + info.fence_not_permitted + "|" + notify;
+  if (problem == "||") {
     warned.clear();
     return;
   }
@@ -137,11 +143,17 @@ void MasterSet::warn_permissions(std::uint32_t index) {
                       ": the lock user may not run the lock's commands there, so it is sent no lock " +
                       "(not_permitted) until a reconnect proves otherwise: " + info.not_permitted +
                       " (docs/permissions.md lists the ACL the library needs)");
-  } else {
+  } else if (!info.fence_not_permitted.empty()) {
     diagnostics_.warn("master " + names_[index] +
                       ": the lock user may not touch the fencing counter there, so fenced acquires " +
                       "are not sent to it (not_permitted): " + info.fence_not_permitted +
                       " (docs/permissions.md lists the ACL the library needs)");
+  }
+  if (!notify.empty()) {
+    diagnostics_.warn("master " + names_[index] +
+                      ": the lock user may not publish or subscribe to release notifications there, so waiters "
+                      "poll it (retry_delay) instead of hearing releases: " +
+                      notify + " (docs/permissions.md lists the ACL the library needs)");
   }
 }
 

@@ -2,6 +2,7 @@
 #include "redlock/mutex.h"
 
 #include "detail/event_loop.h"
+#include "detail/lease_core.h"
 #include "detail/validation.h"
 #include "redlock/errors.h"
 
@@ -29,9 +30,11 @@ Result no_throw(F&& operation) noexcept {
 
 }  // namespace
 
-Mutex::Mutex(Client& client, std::string resource, AcquireOptions options)
-    : client_(client), resource_(std::move(resource)), options_(options) {
+Mutex::Mutex(Client& client, std::string resource, AcquireOptions options, std::optional<LeaseOptions> renew)
+    : client_(client), resource_(std::move(resource)), options_(options), renew_(std::move(renew)) {
   if (auto why = detail::check_resource(resource_)) throw ConfigError("redlock::Mutex: " + *why);
+  // The same checks Client::keep makes at each lock(), made once here so lock() cannot throw them.
+  if (renew_) (void)detail::lease_settings(client_.options(), options_.ttl.value_or(client_.options().ttl), *renew_);
 }
 
 Mutex::~Mutex() {
@@ -41,7 +44,10 @@ Mutex::~Mutex() {
 bool Mutex::attempt(AcquireOptions options) {
   Result result = client_.acquire(resource_, options);
   const std::lock_guard guard(state_mutex_);
-  if (result.ok()) held_ = result.lock;
+  if (result.ok()) {
+    held_ = result.lock;
+    if (renew_) lease_ = client_.keep(*result.lock, *renew_);
+  }
   last_result_ = std::move(result);
   return held_.has_value();
 }
@@ -114,9 +120,11 @@ bool Mutex::try_lock_within(Milliseconds timeout) {
 
 void Mutex::unlock() noexcept {
   std::optional<Lock> lock;
+  Lease lease;
   {
     const std::lock_guard guard(state_mutex_);
     lock.swap(held_);
+    std::swap(lease, lease_);
     if (!lock) {
       last_result_ = Result{};
       last_result_.outcome = Outcome::invalid_argument;
@@ -124,7 +132,8 @@ void Mutex::unlock() noexcept {
       return;
     }
   }
-  Result result = no_throw([&] { return client_.release(*lock); });
+  // A renewed lock: the lease stops renewing, then releases its (latest) lock.
+  Result result = no_throw([&] { return lease.lock().token.empty() ? client_.release(*lock) : lease.release(); });
   {
     const std::lock_guard guard(state_mutex_);
     last_result_ = std::move(result);
@@ -150,12 +159,25 @@ bool Mutex::owns_lock() const {
 
 std::optional<Lock> Mutex::held() const {
   const std::lock_guard guard(state_mutex_);
+  if (held_ && !lease_.lock().token.empty()) return lease_.lock();  // as of its last renewal
   return held_;
+}
+
+std::stop_token Mutex::stop_token() const {
+  const std::lock_guard guard(state_mutex_);
+  return lease_.stop_token();
+}
+
+bool Mutex::lost() const {
+  const std::lock_guard guard(state_mutex_);
+  return held_.has_value() && lease_.lost();
 }
 
 std::chrono::microseconds Mutex::remaining() const {
   const auto lock = held();
-  return lock ? client_.remaining(*lock) : std::chrono::microseconds{0};
+  // Asked after held(): a loss signalled before this call is seen here.
+  if (!lock || lost()) return std::chrono::microseconds{0};
+  return client_.remaining(*lock);
 }
 
 Result Mutex::last_result() const {

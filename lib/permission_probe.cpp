@@ -7,6 +7,7 @@
 // the PX does). Redis's own ACL check (kPermissionCheckScript) names what is missing,
 // the fencing counter's commands included, without running them.
 #include <algorithm>
+#include <utility>
 
 #include <hiredis/hiredis.h>
 
@@ -62,7 +63,8 @@ HandshakeStep step(std::string encoded, std::string what) {
 
 std::vector<HandshakeStep> LockCommands::handshake_steps() const {
   std::vector<HandshakeStep> steps;
-  for (const Script* script : {&release_, &extend_, &fenced_acquire_, &fence_raise_, &permission_check_}) {
+  for (const Script* script :
+       {&release_, &extend_, &fenced_acquire_, &waiting_acquire_, &fence_raise_, &permission_check_}) {
     steps.push_back({script->load_command, [](const redisReply& reply, ServerInfo& info) {
                        if (is_denial(reply)) deny(info.not_permitted, "SCRIPT LOAD", text_of(reply));
                      }});
@@ -72,7 +74,8 @@ std::vector<HandshakeStep> LockCommands::handshake_steps() const {
   const std::string value = "probe-" + token;
   const std::string prefix = key_prefix_;
   const std::string fence_key = fence_key_;
-  steps.push_back({encode_script_call(permission_check_, false, {key}, {value, fence_key}),
+  const std::string channel = release_channel(key_prefix_ + "__redlock_probe");
+  steps.push_back({encode_script_call(permission_check_, false, {key}, {value, fence_key, channel}),
                    [prefix, fence_key](const redisReply& reply, ServerInfo& info) {
                      if (is_denial(reply)) {
                        deny(info.not_permitted, "permission check on a probe key under the prefix '" + prefix + "'",
@@ -80,8 +83,9 @@ std::vector<HandshakeStep> LockCommands::handshake_steps() const {
                        return;
                      }
                      // NOSCRIPT after a refused SCRIPT LOAD (recorded there), or the server's state.
-                     if (reply.type != REDIS_REPLY_ARRAY || reply.elements != 2 ||
-                         reply.element[0]->type != REDIS_REPLY_STRING || reply.element[1]->type != REDIS_REPLY_STRING) {
+                     if (reply.type != REDIS_REPLY_ARRAY || reply.elements != 3 ||
+                         reply.element[0]->type != REDIS_REPLY_STRING || reply.element[1]->type != REDIS_REPLY_STRING ||
+                         reply.element[2]->type != REDIS_REPLY_STRING) {
                        return;
                      }
                      const std::string lock_missing(reply.element[0]->str, reply.element[0]->len);
@@ -90,14 +94,25 @@ std::vector<HandshakeStep> LockCommands::handshake_steps() const {
                        deny(info.not_permitted,
                             "the ACL denies " + lock_missing + " on keys under the prefix '" + prefix + "'", {});
                      }
+                     const std::string notify_missing(reply.element[2]->str, reply.element[2]->len);
+                     if (!notify_missing.empty()) {
+                       deny(info.notify_not_permitted,
+                            "the ACL denies " + notify_missing + " on the release channels '" +
+                                std::string(kReleaseChannelPrefix) + "*'",
+                            {});
+                     }
                      if (!fence_missing.empty()) {
                        deny(info.fence_not_permitted,
                             "the ACL denies " + fence_missing + " on the fencing counter '" + fence_key + "'", {});
                      }
                    }});
-  steps.push_back(step(acquire(key, value, kProbeTtl), "SET NX PX on a probe key under the prefix"));
-  steps.push_back(step(extend(key, value, kProbeTtl, false), "the extend script (GET, PEXPIRE inside)"));
-  steps.push_back(step(release(key, value, false), "the release script (GET, DEL inside)"));
+  std::string encoded;
+  acquire(encoded, key, value, kProbeTtl);
+  steps.push_back(step(std::exchange(encoded, {}), "SET NX PX on a probe key under the prefix"));
+  extend(encoded, key, value, kProbeTtl, false);
+  steps.push_back(step(std::exchange(encoded, {}), "the extend script (GET, PEXPIRE inside)"));
+  release(encoded, key, value, false);
+  steps.push_back(step(std::exchange(encoded, {}), "the release script (GET, DEL inside)"));
   return steps;
 }
 

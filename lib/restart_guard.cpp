@@ -97,7 +97,9 @@ void RestartGuard::forget_votes_of(std::uint32_t index) {
     if (!state || state->epochs[index] == 0 || state->epochs[index] == epoch) continue;
     state->epochs[index] = 0;
     --state->votes;
-    if (state->votes < quorum_) state->lost.store(true, std::memory_order_release);
+    if (state->votes < quorum_ && !state->lost.exchange(true, std::memory_order_acq_rel) && state->on_lost) {
+      state->on_lost();  // a lease learns at once (it posts; nothing runs inside this loop)
+    }
   }
 }
 

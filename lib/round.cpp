@@ -13,6 +13,7 @@ namespace redlock::detail {
 Round::Round(const RoundContext& context, RoundArgs args, std::shared_ptr<LockState> extended, bool hear_everyone,
              OnDecided on_decided)
     : context_(context),
+      deadlines_(context.deadlines),
       args_(std::move(args)),
       extended_(std::move(extended)),
       hear_everyone_(hear_everyone),
@@ -22,16 +23,30 @@ Round::Round(const RoundContext& context, RoundArgs args, std::shared_ptr<LockSt
       tally_{args_.kind, context.masters.size()} {
   const std::uint32_t size = context.masters.size();
   masters_.resize(size);
-  eval_sent_.resize(size);
-  if (args_.kind == RoundKind::acquire && args_.fencing) counters_.resize(size);
+  // A plain SET NX PX (an acquire's first attempt) runs no script and learns nothing beyond
+  // its row.
+  const bool plain_set = args_.kind == RoundKind::acquire && !args_.fencing && !args_.learn_pttl;
+  if (!plain_set) learned_.assign(size, Learned{});
   for (std::uint32_t i = 0; i < size; ++i) masters_[i].endpoint = context.masters.names()[i];
 }
 
+Round::~Round() { deadlines_.remove(*this); }
+
 std::uint64_t Round::late_after_ns() const noexcept { return deadline_after(sent_ns_, context_.command_timeout); }
+
+// The Client's one encoding buffer is empty while no round is sending from it. Should a send
+// ever call back into another round's start (nothing does today), that round must not
+// overwrite the command still being sent to the remaining masters (they would get another
+// key's SET and its OK would count as a vote here): it encodes into a buffer of its own.
+std::string& Round::claim_command_buffer(std::string& own) const noexcept {
+  return context_.command_buffer.empty() ? context_.command_buffer : own;
+}
 
 void Round::start() {
   MasterSet& masters = context_.masters;
-  const std::string command = context_.commands.encode(args_, false);
+  std::string own;
+  std::string& command = claim_command_buffer(own);
+  context_.commands.append(command, args_, false);
   const std::uint64_t late_after = late_after_ns();
   const bool release = args_.kind == RoundKind::release;
   // A master whose user may not run the lock paths is never sent a SET, an extend or a
@@ -49,24 +64,21 @@ void Round::start() {
       record(i, MasterStatus::not_connected, masters.last_error(i));
     }
   }
+  command.clear();  // free again (the capacity stays)
   evaluate();
-  if (decided_) return;
-  auto self = shared_from_this();
-  deadline_timer_ = context_.loop.schedule_at(late_after, [self] {
-    self->deadline_timer_ = 0;
-    // Replies already waiting in the sockets count: read them before timing anyone out.
-    self->context_.loop.after_io([self] { self->on_deadline(); });
-  });
+  if (!decided_) deadlines_.add(*this);
 }
 
 void Round::close() {
   decided_ = true;
   on_decided_ = nullptr;
-  if (deadline_timer_ != 0) context_.loop.cancel(std::exchange(deadline_timer_, 0));
+  deadlines_.remove(*this);
 }
 
 void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) {
-  if (is_noscript(reply) && !eval_sent_[index] && (!decided_ || args_.kind == RoundKind::release)) {
+  // (A NOSCRIPT answer to a plain SET, which runs no script, is a server error like any other.)
+  if (is_noscript(reply) && index < learned_.size() && !learned_[index].eval_sent &&
+      (!decided_ || args_.kind == RoundKind::release)) {
     // The script cache was flushed (or the master restarted) since the handshake loaded
     // it: nothing ran. A release is answered even after the decision: it must still land.
     // A decided acquire, extend or fence round is not: its command would now run after
@@ -117,10 +129,14 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
 // What one reply means for this round's kind. A grant from a master the restart guard (or
 // the fencing catch-up) does not count yet is `not_counted`.
 MasterStatus Round::classify(std::uint32_t index, const redisReply* reply, std::string& error) {
-  ReplyVote vote = classify_reply(args_.kind, args_.fencing, args_.fence, *reply);
+  ReplyVote vote = classify_reply(args_.kind, args_.fencing, args_.fence, *reply, args_.learn_pttl);
   if (vote.status == MasterStatus::ok && args_.kind == RoundKind::acquire && args_.fencing) {
-    counters_[index] = vote.counter;
+    learned_[index].counter = vote.counter;
   }
+  if (vote.status == MasterStatus::held_by_other && args_.kind == RoundKind::acquire && args_.learn_pttl) {
+    learned_[index].pttl = vote.pttl;
+  }
+  if (vote.status == MasterStatus::ok && args_.kind == RoundKind::release) learned_[index].receivers = vote.receivers;
   if (vote.status != MasterStatus::ok || args_.kind == RoundKind::release) {
     error = std::move(vote.error);
     return vote.status;
@@ -186,16 +202,83 @@ void Round::on_deadline() {
 }
 
 void Round::resend_with_eval(std::uint32_t index) {
-  eval_sent_[index] = true;
-  const std::string command = context_.commands.encode(args_, true);
+  learned_[index].eval_sent = true;
+  std::string own;
+  std::string& command = claim_command_buffer(own);
+  context_.commands.append(command, args_, true);
   // A resend after the decision (a release's NOSCRIPT) is late from the start: under a
   // backlog it may be dropped like any late command.
   const bool release = args_.kind == RoundKind::release;
-  if (!context_.masters.send(index, command, shared_from_this(), late_after_ns(), release) && !decided_ &&
-      masters_[index].status == MasterStatus::pending) {
+  const bool sent = context_.masters.send(index, command, shared_from_this(), late_after_ns(), release);
+  command.clear();
+  if (!sent && !decided_ && masters_[index].status == MasterStatus::pending) {
     record(index, MasterStatus::not_connected, context_.masters.last_error(index));
     evaluate();
   }
+}
+
+}  // namespace redlock::detail
+
+namespace redlock::detail {
+
+RoundDeadlines::~RoundDeadlines() {
+  if (timer_ != 0) loop_.cancel(timer_);
+  while (head_ != nullptr) remove(*head_);
+}
+
+void RoundDeadlines::add(Round& round) {
+  if (round.queued_) return;
+  const std::uint64_t deadline = round.late_after_ns();
+  Round* before = tail_;  // the last round due no later than this one
+  while (before != nullptr && before->late_after_ns() > deadline) before = before->earlier_;
+  round.earlier_ = before;
+  round.later_ = before != nullptr ? before->later_ : head_;
+  (round.later_ != nullptr ? round.later_->earlier_ : tail_) = &round;
+  (before != nullptr ? before->later_ : head_) = &round;
+  round.queued_ = true;
+  arm();
+}
+
+void RoundDeadlines::remove(Round& round) noexcept {
+  if (!round.queued_) return;
+  (round.earlier_ != nullptr ? round.earlier_->later_ : head_) = round.later_;
+  (round.later_ != nullptr ? round.later_->earlier_ : tail_) = round.earlier_;
+  round.earlier_ = round.later_ = nullptr;
+  round.queued_ = false;
+}
+
+void RoundDeadlines::arm() {
+  if (head_ == nullptr || expiring_) return;  // expire() arms once it is done
+  const std::uint64_t deadline = head_->late_after_ns();
+  if (timer_ != 0) {
+    if (armed_for_ <= deadline) return;  // fires first; then waits for whatever is at the head
+    loop_.cancel(std::exchange(timer_, 0));
+  }
+  armed_for_ = deadline;
+  timer_ = loop_.schedule_at(deadline, [this] { on_timer(); });
+}
+
+void RoundDeadlines::on_timer() {
+  timer_ = 0;
+  // The rounds due by now (or by the deadline the timer was armed for: the loop fires timers
+  // up to a millisecond early). The sockets are read after this moment (after_io), so these
+  // rounds' replies that arrived in time count. A round whose deadline passes while the read
+  // and its callbacks run is left for the next firing, which reads the sockets again first.
+  due_ = std::max(armed_for_, now_ns());
+  expiring_ = true;
+  // Replies already waiting in the sockets count: read them before timing anyone out.
+  loop_.after_io([this] { expire(); });
+}
+
+void RoundDeadlines::expire() {
+  expiring_ = false;
+  while (head_ != nullptr && head_->late_after_ns() <= due_) {
+    // Held: timing out can finish the operation, which drops its round.
+    const std::shared_ptr<Round> round = head_->shared_from_this();
+    remove(*round);
+    round->on_deadline();
+  }
+  arm();
 }
 
 }  // namespace redlock::detail

@@ -127,7 +127,8 @@ std::vector<Endpoint> validate(const ClientOptions& options) {
                                      {options.retry_jitter, "retry_jitter"}, {options.command_timeout, "command_timeout"},
                                      {options.connect_timeout, "connect_timeout"}, {options.reconnect_min, "reconnect_min"},
                                      {options.reconnect_max, "reconnect_max"}, {options.stall_timeout, "stall_timeout"},
-                                     {options.max_lock_ttl, "max_lock_ttl"}}) {
+                                     {options.max_lock_ttl, "max_lock_ttl"},
+                                     {options.yield_to_waiters, "yield_to_waiters"}}) {
     not_too_long(value, field);
   }
   if (const auto why = check_ttl(options, options.ttl)) throw ConfigError("ClientOptions." + *why);
@@ -143,6 +144,7 @@ std::vector<Endpoint> validate(const ClientOptions& options) {
               ms(options.reconnect_min) + ")");
   not_negative(options.stall_timeout, "stall_timeout");
   not_negative(options.max_lock_ttl, "max_lock_ttl");
+  not_negative(options.yield_to_waiters, "yield_to_waiters");
   require(!options.fence_key.empty(), "ClientOptions.fence_key is empty");
   require(options.key_prefix.empty() || options.fence_key.rfind(options.key_prefix, 0) != 0,
           "ClientOptions.fence_key '" + options.fence_key + "' starts with key_prefix '" + options.key_prefix +

@@ -26,9 +26,10 @@ constexpr const char* kPassword = "pw-Xq83z-s3cret";
 // one rule removed (e.g. "+get"), or a key pattern replaced.
 std::vector<std::string> documented_acl(const std::string& without = {}, const std::string& keys = "~redlock:*") {
   std::vector<std::string> rules = {"ACL",   "SETUSER", kUser,    "reset",       "on",      std::string(">") + kPassword,
-                                    keys,    "~redlock-fence-counter", "resetchannels", "-@all",
-                                    "+set",  "+get",    "+del",   "+pexpire",    "+incr",   "+eval",
-                                    "+evalsha", "+script|load", "+info", "+config|get"};
+                                    keys,    "~redlock-fence-counter", "resetchannels", "&redlock-released:*", "-@all",
+                                    "+set",  "+get",    "+del",   "+pexpire",    "+pttl",   "+incr",   "+eval",
+                                    "+evalsha", "+script|load", "+info", "+config|get", "+publish", "+subscribe",
+                                    "+unsubscribe"};
   std::erase(rules, without);
   return rules;
 }
@@ -182,6 +183,7 @@ TEST(AclTest, TheDocumentedAclRunsEveryPath) {
     EXPECT_TRUE(eventually([&] { return masters.group[i].command({"KEYS", "redlock:*"}).elements.empty(); }));
   }
   EXPECT_EQ(warnings.count_with("not_permitted"), 0u) << warnings.all();
+  EXPECT_EQ(warnings.count_with("may not publish or subscribe"), 0u) << warnings.all();
 }
 
 // Without INFO the restart guard cannot tell a master's age: it keeps its own clear reason

@@ -13,7 +13,9 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
+#include "detail/commands.h"
 #include "detail/token.h"
 #include "support/hiredis_handle.h"
 #include "support/redis_server.h"
@@ -109,6 +111,63 @@ TEST(EncodeCommand, Generic) {
 // ---------------------------------------------------------------------------------------
 // Scripts
 
+// Our RESP writer replaced hiredis's redisFormatCommandArgv: a byte of difference could make a
+// master run another command (or another key's). Same bytes for arguments of every kind:
+// empty, NUL, CR/LF, RESP markers, long, and 0 to 8 of them; and a two-part argument is the
+// joined one.
+TEST(EncodeCommand, SameBytesAsHiredisForAnyArguments) {
+  const std::vector<std::string> samples = {"", std::string("\0", 1), "\r\n", "$5\r\nhello\r\n", "*3", "-ERR", "+OK",
+                                            "key\r\nSET other x", std::string(300, 'k'), "\xff\xfe",
+                                            std::string("a\0b\r", 4), "SET"};
+  std::uint32_t seed = 12345;
+  const auto next = [&seed] { return seed = seed * 1103515245u + 12345u; };
+  for (int round = 0; round < 500; ++round) {
+    const std::size_t count = next() % 9;
+    std::vector<std::string> args;
+    for (std::size_t i = 0; i < count; ++i) args.push_back(samples[next() % samples.size()]);
+    std::vector<const char*> pointers;
+    std::vector<std::size_t> lengths;
+    for (const auto& a : args) {
+      pointers.push_back(a.data());
+      lengths.push_back(a.size());
+    }
+    char* formatted = nullptr;
+    const long long size = redisFormatCommandArgv(&formatted, static_cast<int>(count), pointers.data(), lengths.data());
+    ASSERT_GE(size, 0);
+    const std::string expected(formatted, static_cast<std::size_t>(size));
+    redisFreeCommand(formatted);
+    std::string ours;
+    switch (count) {  // append_command takes an initializer list
+      case 0: redlock::detail::append_command(ours, {}); break;
+      case 1: redlock::detail::append_command(ours, {args[0]}); break;
+      case 2: redlock::detail::append_command(ours, {args[0], args[1]}); break;
+      case 3: redlock::detail::append_command(ours, {args[0], args[1], args[2]}); break;
+      case 4: redlock::detail::append_command(ours, {args[0], args[1], args[2], args[3]}); break;
+      case 5: redlock::detail::append_command(ours, {args[0], args[1], args[2], args[3], args[4]}); break;
+      case 6: redlock::detail::append_command(ours, {args[0], args[1], args[2], args[3], args[4], args[5]}); break;
+      case 7:
+        redlock::detail::append_command(ours, {args[0], args[1], args[2], args[3], args[4], args[5], args[6]});
+        break;
+      default:
+        redlock::detail::append_command(ours,
+                                        {args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7]});
+    }
+    ASSERT_EQ(ours, expected) << "round " << round << ", " << count << " arguments";
+    if (count >= 2) {
+      // The same command with its second argument sent as two parts.
+      const std::string& whole = args[1];
+      const std::size_t cut = whole.size() / 2;
+      std::string split;
+      redlock::detail::append_command(split, {redlock::detail::CommandArg(args[0]),
+                                              redlock::detail::CommandArg(std::string_view(whole).substr(0, cut),
+                                                                          std::string_view(whole).substr(cut))});
+      std::string joined;
+      redlock::detail::append_command(joined, {args[0], args[1]});
+      ASSERT_EQ(split, joined) << "round " << round;
+    }
+  }
+}
+
 TEST(ScriptSha1, KnownVector) {
   // SHA1("abc") from FIPS 180.
   EXPECT_EQ(script_sha1("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
@@ -171,7 +230,7 @@ TEST(EncodeScriptCall, TooManyArgumentsThrow) {
 }
 
 // The scripts' documented behaviour, run by a real redis-server through the library's own
-// encoding: 1 done, 0 no key, -1 another owner; extend never creates a key.
+// encoding: 1 done, 0 no key, -1 another owner; extend never creates a key nor shortens one.
 TEST(Scripts, ReleaseOnRealServer) {
   RedisServer server;
   const Script release(kReleaseScript);
@@ -217,12 +276,20 @@ TEST(Scripts, ExtendOnRealServer) {
     EXPECT_EQ(reply->integer, -1);
     EXPECT_GT(server.command({"PTTL", "k"}).integer, 60000);  // their expiry untouched
 
+    server.command({"SET", "k", "mine", "PX", "1000"});
+    reply = send_raw(server, encode_script_call(extend, use_eval, {"k"}, {"mine", "60000"}));
+    EXPECT_EQ(reply->integer, 1);
+    long long pttl = server.command({"PTTL", "k"}).integer;
+    EXPECT_GT(pttl, 1000);
+    EXPECT_LE(pttl, 60000);
+    EXPECT_EQ(server.command({"GET", "k"}).str, "mine");
+
+    // Never shortens: a longer PTTL is kept, and the answer is still 1.
     server.command({"SET", "k", "mine", "PX", "1000000"});
     reply = send_raw(server, encode_script_call(extend, use_eval, {"k"}, {"mine", "60000"}));
     EXPECT_EQ(reply->integer, 1);
-    const long long pttl = server.command({"PTTL", "k"}).integer;
-    EXPECT_GT(pttl, 0);
-    EXPECT_LE(pttl, 60000);
+    pttl = server.command({"PTTL", "k"}).integer;
+    EXPECT_GT(pttl, 900000);
     EXPECT_EQ(server.command({"GET", "k"}).str, "mine");
   }
 }

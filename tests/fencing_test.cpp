@@ -227,7 +227,9 @@ TEST(FencingRounds, ALateNoscriptOfADecidedAttemptIsNotResent) {
   const Result held = client.acquire("noscript", two_attempts);
   masters[2].thaw();
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
-  EXPECT_EQ(held.attempts, 2);
+  // At least 2: the release notifications' subscription, once confirmed, adds a retry of its own
+  // (docs/design.md "Waiting": the subscribe race), which does not use up retry_count.
+  EXPECT_GE(held.attempts, 2);
   std::this_thread::sleep_for(300ms);  // master 2 answers its backlog
   EXPECT_NE(get(masters[2], held.lock->key), held.lock->token)
       << "a resend of attempt 1 carried attempt 2's token to master 2";

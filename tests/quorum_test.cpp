@@ -26,6 +26,7 @@ using redlock::MasterStatus;
 using redlock::Outcome;
 using redlock::detail::drift_for;
 using redlock::detail::classify_reply;
+using redlock::detail::kPttlUnknown;
 using redlock::detail::quorum_of;
 using redlock::detail::RoundKind;
 using redlock::detail::Tally;
@@ -433,6 +434,28 @@ TEST(ClassifyReply, WhatEachKindCountsAsAnAnswer) {
   }
   EXPECT_EQ(classify_reply(RoundKind::fence, false, 7, *reply_of(":7\r\n")).status, MasterStatus::ok);
   EXPECT_EQ(classify_reply(RoundKind::fence, false, 7, *reply_of(":6\r\n")).status, MasterStatus::server_error);
+}
+
+// Waiting (issue 11): the waiting acquire variant answers +OK or the held key's PTTL; a
+// release that reached subscribers answers {1, receivers}, which means "deleted" as 1 does.
+TEST(ClassifyReply, WaitingAcquireAndAnnouncedRelease) {
+  EXPECT_EQ(classify_reply(RoundKind::acquire, false, 0, *reply_of("+OK\r\n"), true).status, MasterStatus::ok);
+  const auto held = classify_reply(RoundKind::acquire, false, 0, *reply_of(":420\r\n"), true);
+  EXPECT_EQ(held.status, MasterStatus::held_by_other);
+  EXPECT_EQ(held.pttl, 420);
+  EXPECT_EQ(classify_reply(RoundKind::acquire, false, 0, *reply_of(":-1\r\n"), true).pttl, -1);
+  EXPECT_EQ(classify_reply(RoundKind::acquire, false, 0, *reply_of(":-3\r\n"), true).pttl, kPttlUnknown);
+  EXPECT_EQ(classify_reply(RoundKind::acquire, false, 0, *reply_of(":-4\r\n"), true).status, MasterStatus::server_error);
+  // A plain SET never answers an integer: still an error there.
+  EXPECT_EQ(classify_reply(RoundKind::acquire, false, 0, *reply_of(":420\r\n")).status, MasterStatus::server_error);
+  const auto announced = classify_reply(RoundKind::release, false, 0, *reply_of("*2\r\n:1\r\n:3\r\n"));
+  EXPECT_EQ(announced.status, MasterStatus::ok);
+  EXPECT_EQ(announced.receivers, 3);
+  EXPECT_EQ(classify_reply(RoundKind::release, false, 0, *reply_of(":1\r\n")).receivers, 0);
+  EXPECT_EQ(classify_reply(RoundKind::release, false, 0, *reply_of("*2\r\n:0\r\n:3\r\n")).status,
+            MasterStatus::server_error);
+  EXPECT_EQ(classify_reply(RoundKind::extend, false, 0, *reply_of("*2\r\n:1\r\n:3\r\n")).status,
+            MasterStatus::server_error);
 }
 
 TEST(ClassifyReply, AnythingElseIsAnErrorThatSaysWhat) {

@@ -178,6 +178,67 @@ TEST(ReplyReaderTest, PartialAndBufferedFollowTheReplyInProgress) {
   EXPECT_EQ(reader.buffered(), 0u);
 }
 
+// ---- reply memory (the reader's arena) ----
+
+TEST(ReplyReaderTest, AHeldReplyStaysIntactWhileLaterRepliesAreBuilt) {
+  // Replies are built in the reader's own memory, reused only once none is held: the first
+  // reply must not be overwritten by the second while its ReplyPtr lives.
+  ReplyReader reader;
+  const std::string stream = "$5\r\nfirst\r\n*2\r\n$6\r\nsecond\r\n:7\r\n";
+  ASSERT_TRUE(reader.feed(stream.data(), stream.size()));
+  ReplyPtr first;
+  ASSERT_TRUE(reader.next(first));
+  ASSERT_TRUE(first);
+  ReplyPtr second;
+  ASSERT_TRUE(reader.next(second));
+  ASSERT_TRUE(second);
+  EXPECT_EQ(show(first.get()), "$first");
+  EXPECT_EQ(show(second.get()), "[$second,:7]");
+  // Giving one back while another is held must not let the next reply overwrite the held one.
+  second.reset();
+  ASSERT_TRUE(reader.feed("+third\r\n", 8));
+  ReplyPtr third;
+  ASSERT_TRUE(reader.next(third));
+  EXPECT_EQ(show(first.get()), "$first");
+  EXPECT_EQ(show(third.get()), "+third");
+}
+
+TEST(ReplyReaderTest, AReplyOutlivesItsReaderBeingClosed) {
+  // A connection that fails while it delivers a reply closes its reader (Connection::fail):
+  // the reply being delivered must stay readable (ASan would report a use after free).
+  ReplyReader reader;
+  const std::string big(100000, 'x');
+  const std::string stream = "$" + std::to_string(big.size()) + "\r\n" + big + "\r\n+OK\r";
+  ASSERT_TRUE(reader.feed(stream.data(), stream.size()));
+  ReplyPtr reply;
+  ASSERT_TRUE(reader.next(reply));
+  ASSERT_TRUE(reply);
+  reader.close("the connection was closed");
+  EXPECT_EQ(show(reply.get()), "$" + big);
+  EXPECT_FALSE(reader.next(reply));
+  EXPECT_EQ(reader.error(), "the connection was closed");
+}
+
+TEST(ReplyReaderTest, ReplyMemoryIsBoundedByTheReplyNotAMultipleOfIt) {
+  // A reply of max_reply_bytes whose large string fills a block of its own size, followed by a
+  // small one: doubling from the large block would reserve twice max_reply_bytes more (3.1 MiB
+  // for a 1 MiB reply, seen in review). The arena holds the reply's bytes plus small blocks.
+  ReplyReader reader;
+  const std::size_t limit = reader.limits().max_reply_bytes;
+  const std::string big(limit - 100, 'x');
+  const std::string stream = "*2\r\n$" + std::to_string(big.size()) + "\r\n" + big + "\r\n$0\r\n\r\n";
+  ASSERT_LE(stream.size(), limit);
+  ASSERT_TRUE(reader.feed(stream.data(), stream.size()));
+  ReplyPtr reply;
+  ASSERT_TRUE(reader.next(reply)) << reader.error();
+  ASSERT_TRUE(reply);
+  EXPECT_LE(reader.arena_capacity(), limit + 2 * ReplyArena::kMaxGrowth) << "arena for one reply of " << stream.size();
+  reply.reset();
+  ASSERT_TRUE(reader.feed("+OK\r\n", 5));
+  ASSERT_TRUE(reader.next(reply));
+  EXPECT_LE(reader.arena_capacity(), ReplyArena::kFirstBlock) << "the large reply's memory was not given back";
+}
+
 // ---- limits ----
 
 TEST(ReplyReaderTest, HugeBulkIsRefusedAtItsHeader) {

@@ -97,7 +97,9 @@ TEST_F(ValidityTest, ExtendRecomputesValidityFromItsOwnStart) {
   options.clock = clock;
   Client scripted(options);
   Lock lock = *held.lock;
-  lock.deadline = clock->start() + 1h;  // not expired on this clock
+  // Not expired at the extend's start on this clock, and earlier than what the extend
+  // computes (an extend's deadline is the later of the two: it never shortens).
+  lock.deadline = clock->start() + 1ms;
   const Result extended = scripted.extend(lock, 5000ms);
   ASSERT_EQ(extended.outcome, Outcome::extended) << format_result(extended);
   EXPECT_EQ(extended.validity, std::chrono::microseconds(5'000'000 - 200'000 - 52'000));

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "redlock/lease.h"
 #include "redlock/options.h"
 #include "redlock/result.h"
 #include "redlock/status.h"
@@ -33,7 +34,6 @@ namespace detail {
 class ClientImpl;
 }
 
-using Callback = std::function<void(Result)>;
 using OperationId = std::uint64_t;
 using StatusCallback = std::function<void(FleetStatus)>;
 
@@ -67,12 +67,26 @@ class Client {
   // cancellable (they finish within one command deadline). Unknown ids are ignored.
   void cancel(OperationId id);
 
+  // --- leases (redlock/lease.h): renews `lock` in the background on this Client's loop until
+  // the Lease is released or destroyed, and signals loss before the lock's deadline. Any
+  // thread, the loop thread included (never blocks). Throws ConfigError naming a bad
+  // LeaseOptions value, UsageError for a Lock that cannot be kept (default-constructed,
+  // adopted: extend it once first, which gives it a known deadline; granted by another Client,
+  // whose deadline is on that Client's validity clock: extend it on this Client first and
+  // keep the extend's Lock).
+  // A Lease may outlive its Client: destroying the Client stops its leases (see lease.h).
+  Lease keep(Lock lock, LeaseOptions options = {});
+
   // --- blocking API: callable from any thread except the loop thread (UsageError there).
   // Acquire: retries per options (retry_count, retry_delay +- jitter, wait).
   Result acquire(std::string_view resource, AcquireOptions options = {});
   // Extend: one round. A lock whose deadline has passed is never extended
   // (Outcome::validity_expired), and a missing key is never recreated (Outcome::lost).
   // `ttl` defaults to the lock's own ttl. On success result.lock holds the new deadline.
+  // A Lock granted by another Client (its deadline is on that Client's clock) is extended
+  // like an adopted one: its old deadline is not consulted, the new deadline and validity
+  // come from this extend alone, and the result belongs to this Client (restart guard: not
+  // tracked, like any adopted lock).
   Result extend(const Lock& lock, std::optional<Milliseconds> ttl = {});
   // Release: one round of compare-and-delete on every master.
   Result release(const Lock& lock);

@@ -6,8 +6,12 @@
 // std::scoped_lock and std::lock_guard work with it. Threads of one process that share a
 // Mutex are first serialised locally, so only one of them contends in Redis at a time.
 //
-// The lease is not renewed automatically: a holder must finish (or extend()) before
-// remaining() reaches zero. unlock() and the destructor never throw; what happened is in
+// By default the lock is not renewed: a holder must finish (or extend()) before remaining()
+// reaches zero. Opt in with `renew` (redlock/lease.h): while locked, the lock is then kept by
+// a Lease that renews it in the background; held(), remaining() and owns_lock() reflect the
+// renewals, stop_token() and lost() tell the holder of a loss (before the deadline), and
+// unlock() stops renewal and releases. owns_lock() stays true after a loss until unlock(),
+// as a std::mutex's would. unlock() and the destructor never throw; what happened is in
 // last_result().
 //
 // redlock::LockGuard is the RAII form for a single acquire attempt with retries.
@@ -17,17 +21,21 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 
 #include "redlock/client.h"
+#include "redlock/lease.h"
 
 namespace redlock {
 
 class Mutex {
  public:
-  // Throws ConfigError if `resource` is empty or longer than kMaxResourceSize.
-  // `client` must outlive the Mutex.
-  Mutex(Client& client, std::string resource, AcquireOptions options = {});
+  // Throws ConfigError if `resource` is empty or longer than kMaxResourceSize, or naming a
+  // bad `renew` value (Client::keep's rules, checked here against the acquire's ttl).
+  // `client` must outlive the Mutex. `renew`: keep the lock renewed while locked.
+  Mutex(Client& client, std::string resource, AcquireOptions options = {},
+        std::optional<LeaseOptions> renew = std::nullopt);
   ~Mutex();  // releases if still held; never throws
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
@@ -56,9 +64,16 @@ class Mutex {
   bool extend(std::optional<Milliseconds> ttl = {});
 
   [[nodiscard]] bool owns_lock() const;
+  // The held lock (with `renew`: as of its last renewal), until unlock(). After a loss it is
+  // still returned, with its last deadline, so that unlock() releases it: check lost().
   [[nodiscard]] std::optional<Lock> held() const;
-  // Remaining validity of the held lease; zero when not held.
+  // Remaining validity of the held lease; zero when not held and once lost() is true.
   [[nodiscard]] std::chrono::microseconds remaining() const;
+  // With `renew`: stop is requested when the held lock is lost (or unlocked); a Mutex that
+  // does not renew, or is not held, returns a token that is never stopped.
+  [[nodiscard]] std::stop_token stop_token() const;
+  // With `renew`: the held lock was lost (see redlock/lease.h); false when not held.
+  [[nodiscard]] bool lost() const;
   // The Result of the last acquire, extend or release.
   [[nodiscard]] Result last_result() const;
   [[nodiscard]] const std::string& resource() const noexcept { return resource_; }
@@ -70,6 +85,7 @@ class Mutex {
   Client& client_;
   const std::string resource_;
   const AcquireOptions options_;
+  const std::optional<LeaseOptions> renew_;
   // Serialises this process's threads before they go to Redis. A flag under a mutex and a
   // condition variable rather than std::timed_mutex: ThreadSanitizer does not see
   // pthread_mutex_clocklock, which timed_mutex::try_lock_until uses.
@@ -90,6 +106,7 @@ class Mutex {
 
   mutable std::mutex state_mutex_;
   std::optional<Lock> held_;  // guarded by state_mutex_
+  Lease lease_;               // guarded by state_mutex_; renews held_ when renew_ is set
   Result last_result_;        // guarded by state_mutex_
 };
 

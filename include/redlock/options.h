@@ -54,6 +54,33 @@ struct ClientOptions {
   Milliseconds retry_delay{200};
   Milliseconds retry_jitter{100};
 
+  // Waiting without polling (docs/design.md "Waiting"). A release announces itself (the
+  // release script PUBLISHes on "redlock-released:<key>"); with this on, an acquire that
+  // failed subscribes to its key's channel (one subscriber connection per master, shared by
+  // every waiter of this Client, opened when the first waiter appears) and retries as soon
+  // as a release is announced, and learns from its retries how long the holders' keys live
+  // (PTTL), sleeping until a quorum of them could have expired instead of retry_delay.
+  // retry_delay stays the fallback while that is not enough: subscription not confirmed yet
+  // or lost, PUBLISH/SUBSCRIBE not permitted (docs/permissions.md), PTTL unknown.
+  // retry_count counts polls and retries at a known expiry (which replace a poll); a
+  // wake-up that replaces either gives it back. Retries that a release or a confirmed
+  // subscription triggered do not use it up; they are made until retry_count * (retry_delay
+  // + retry_jitter) has passed since the first failed attempt (the time the polling retries
+  // would have taken; no limit with retry_count = -1), and all within AcquireOptions::wait.
+  // Free retries are rate-limited per acquire: the first goes at once, and each one that
+  // fails makes the next wait 4 times longer after the last failed attempt (1, 4, 16, 64 ms
+  // ..., up to retry_delay), so a flood of announcements cannot make a waiter retry at
+  // round-trip rate. retry_count = 0 is one attempt. Result::attempts counts every round.
+  // false: polling only (retry_delay), as before. Default true.
+  bool release_notifications = true;
+
+  // Fairness, opt-in. After this Client released a lock whose release was announced to
+  // other waiters (the release's PUBLISH reached subscribers other than this Client's own),
+  // an acquire of the same resource by this Client waits this long before its first
+  // attempt (cancellable; within AcquireOptions::wait), once per such release, so that a
+  // release-and-reacquire loop lets a waiter elsewhere in. 0 (default): off.
+  Milliseconds yield_to_waiters{0};
+
   // Deadline of every command on every master, measured from the moment the round is
   // sent. A master that has not answered by then counts as failed for this round; it
   // never delays a decision longer. Should be small compared to ttl. Default 50 ms.

@@ -5,6 +5,7 @@
 #include "redlock/client.h"
 #include "redlock/clock.h"
 #include "redlock/errors.h"
+#include "redlock/lease.h"
 #include "redlock/mutex.h"
 #include "redlock/options.h"
 #include "redlock/result.h"

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <memory_resource>
 #include <optional>
 #include <random>
 #include <string>
@@ -22,11 +23,14 @@
 #include "detail/lock_commands.h"
 #include "detail/master_set.h"
 #include "detail/operation.h"
+#include "detail/release_watch.h"
 #include "detail/round.h"
 #include "redlock/client.h"
 #include "tls/tls_context.h"
 
 namespace redlock::detail {
+
+class LeaseCore;
 
 class ClientImpl {
  public:
@@ -44,6 +48,14 @@ class ClientImpl {
   void status_async(std::optional<std::string> resource, StatusCallback done);
   FleetStatus status(std::optional<std::string> resource);
   [[nodiscard]] Lock adopt(std::string_view resource, std::string_view token, std::uint64_t fence) const;
+  // Client::extend_async / release_async (lib/client.cpp); a lease renews and releases through them.
+  OperationId extend_async(Lock lock, Callback done, std::optional<Milliseconds> ttl);
+  OperationId release_async(Lock lock, Callback done);
+  // Loop thread only: the extend begins (and its round is sent) before this returns, with no
+  // loop pass in between (a lease checks its deadline and sends in one step).
+  OperationId extend_now(Lock lock, Callback done, std::optional<Milliseconds> ttl);
+  // A Lock this Client granted (acquire, or an extend on this Client). Any thread.
+  [[nodiscard]] bool granted_here(const Lock& lock) const noexcept;
 
   // On the loop thread, inside one of this Client's callbacks.
   [[nodiscard]] bool inside_callback() const noexcept;
@@ -56,6 +68,11 @@ class ClientImpl {
   [[nodiscard]] std::uint32_t quorum() const noexcept { return masters_.quorum(); }
   [[nodiscard]] const std::vector<std::string>& names() const noexcept { return masters_.names(); }
   [[nodiscard]] const Clock& clock() const noexcept { return *clock_; }
+  [[nodiscard]] EventLoop& loop() noexcept { return *loop_; }
+
+  // Leases (lib/lease.cpp). Loop thread: the Client stops `lease` when it shuts down (at once
+  // if it already is), then starts it.
+  void keep_lease(const std::shared_ptr<LeaseCore>& lease);
 
  private:
   // Loop thread.
@@ -66,6 +83,16 @@ class ClientImpl {
   void grant(const std::shared_ptr<Operation>& op, std::chrono::steady_clock::time_point started, Result result,
              std::shared_ptr<LockState> state, std::uint64_t fence);
   void fail_attempt(const std::shared_ptr<Operation>& op, Result result);
+  // Waiting: when the failed round says a quorum of the holders' keys could have expired (0:
+  // unknown); a release announced for `key` (ReleaseWatch); the retry timer; the end.
+  [[nodiscard]] std::uint64_t quorum_free_at(const Round& round, const std::vector<MasterResult>& masters) const;
+  void on_release_announced(const std::string& key);
+  void arm_retry(const std::shared_ptr<Operation>& op, std::uint64_t at, bool give_up);
+  [[nodiscard]] static std::uint64_t retry_deadline(const AcquirePart& acquire) noexcept;
+  void stop_waiting(Operation& op);
+  std::uint64_t wake_jitter_ns();
+  void note_failure(AcquirePart& acquire, std::uint64_t now) const;
+  void note_release(const Operation& op, const Round& round);
   void finish(const std::shared_ptr<Operation>& op, Result result);
   // Runs a user callback; its exceptions stop here. While it runs, deleting the Client
   // defers freeing this object (see destroy_from_callback).
@@ -74,6 +101,7 @@ class ClientImpl {
   void warn_failed_release(const Operation& op, const Result& result) const;
   void cancel(OperationId id);
   void shutdown();
+  void stop_leases();  // lib/lease.cpp
 
   ClientOptions options_;  // validated, then max_lock_ttl defaulted (by endpoints_'s initialiser)
   const std::vector<Endpoint> endpoints_;
@@ -88,16 +116,28 @@ class ClientImpl {
   // after them; created only once everything that may throw is built (a loop thread that
   // started would never be told to close, and ~EventLoop would wait for it forever).
   std::unique_ptr<EventLoop> loop_;
+  RoundDeadlines deadlines_;  // before masters_: rounds live on in their connections' queues
   MasterSet masters_;
+  std::string command_buffer_;  // loop thread: RoundContext::command_buffer
   RoundContext round_context_;
+  ReleaseWatch watch_;  // release notifications for this Client's waiters
   std::atomic<OperationId> next_id_{1};
 
   // Loop thread only.
-  std::unordered_map<OperationId, std::shared_ptr<Operation>> operations_;
+  // The map's nodes come from a pool and go back to it: an operation in flight costs the map
+  // no allocation once the pool has grown to the number in flight.
+  std::pmr::unsynchronized_pool_resource operations_memory_;
+  std::pmr::unordered_map<OperationId, std::shared_ptr<Operation>> operations_{&operations_memory_};
   std::minstd_rand jitter_rng_{std::random_device{}()};
+  // Acquires waiting for a release of each key (watching it), by key.
+  std::unordered_map<std::string, std::vector<OperationId>> waiting_;
+  // yield_to_waiters: key -> until when this Client's next acquire of it waits (loop time).
+  std::unordered_map<std::string, std::uint64_t> yield_until_;
   bool shutting_down_ = false;
   bool shut_down_ = false;
   int callbacks_running_ = 0;  // user callbacks on the stack (a Client may be deleted in one)
+  std::vector<std::weak_ptr<LeaseCore>> leases_;  // stopped at shutdown; swept when it doubles
+  std::size_t leases_sweep_at_ = 64;
 };
 
 }  // namespace redlock::detail

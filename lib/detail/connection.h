@@ -21,7 +21,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -30,6 +29,7 @@
 
 #include "detail/event_loop.h"
 #include "detail/reply_reader.h"
+#include "detail/ring_queue.h"
 #include "detail/server_info.h"
 #include "detail/uv_handle.h"
 #include "redlock/options.h"
@@ -63,6 +63,13 @@ struct ConnectionOptions {
   // token are fresh each time). Commands queued meanwhile wait until every step answered;
   // if the steps leave ServerInfo::not_permitted set, they are failed, never sent.
   std::function<std::vector<HandshakeStep>()> handshake_steps;
+  // Set: a subscriber connection (release notifications, detail/release_watch.h). Once the
+  // handshake is done every reply goes here, pushed messages and SUBSCRIBE acknowledgements
+  // alike (RESP2 pub/sub does not answer commands one by one), instead of a ReplySink; bytes
+  // are then accepted with nothing outstanding, each reply still bounded by ReplyReader and
+  // handed over (and freed) as soon as it is complete, so a flood holds no more than one
+  // reply. Commands are sent with send_push(), only while ready.
+  std::function<void(const redisReply&)> on_push;
 };
 
 class Connection {
@@ -91,6 +98,10 @@ class Connection {
   bool send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag,
             std::uint64_t late_after_ns = 0, bool release = false);
 
+  // A subscriber connection (ConnectionOptions::on_push): queues one command whose answer
+  // comes through on_push. False when not ready or over the unsent-bytes bound.
+  bool send_push(std::string_view encoded);
+
   // Writes everything queued since the last flush. Called before the loop polls.
   void flush();
 
@@ -111,6 +122,9 @@ class Connection {
 
   // Called (on the loop thread) every time a connection becomes ready, after the handshake.
   std::function<void()> on_ready;
+  // Called (on the loop thread) every time a connection is lost (not on close()), after its
+  // pending sinks were failed; a reconnect follows.
+  std::function<void()> on_down;
 
   // What one master may make the client queue while it does not answer (frozen, or
   // black-holed with TCP up) before the stall check drops its connection
@@ -167,6 +181,7 @@ class Connection {
   // close(): what is left to say over TLS (queued commands, then a close_notify), encrypted.
   [[nodiscard]] std::string tls_goodbye();
   void on_read(const char* data, std::size_t size);
+  [[nodiscard]] bool pushing() const noexcept { return options_.on_push && state_ == State::ready; }
   void deliver(Pending pending, const redisReply* reply);
   void fail(std::string reason);  // drop the socket, fail all pending, schedule reconnect
   void fail_pending(const std::string& reason);
@@ -185,12 +200,13 @@ class Connection {
   // The current socket (see detail/uv_handle.h); null while disconnected.
   std::unique_ptr<Socket, UvClose<Socket>> socket_;
   Resolve* resolving_ = nullptr;  // owned by its pending callback, which frees it
-  // One per socket. Bytes are fed only while a command is outstanding (anything else is
-  // refused at once), and one reply may hold at most ReplyLimits' bytes and elements.
+  // One per socket (closed with it, replaced by the next). Bytes are fed only while a command
+  // is outstanding (anything else is refused at once), and one reply may hold at most
+  // ReplyLimits' bytes and elements.
   std::unique_ptr<ReplyReader> reader_;
   // One per socket of a rediss:// master, made when TCP connects; null on plain masters.
   std::unique_ptr<TlsSession> tls_;
-  std::deque<Pending> pending_;
+  RingQueue<Pending> pending_;
   std::size_t late_scan_ = 0;  // pending_[0, late_scan_) has been looked at by release_late_sinks()
   std::string out_;        // encoded commands not yet written
   // Callers' commands queued before the handshake finished: written only once it proved

@@ -2,8 +2,9 @@
 // detail/event_loop.h — the one libuv loop that owns every socket and timer of a Client.
 //
 // Either runs its own loop on its own thread, or attaches to a loop the caller runs.
-// Other threads hand work to it with post(): the task goes on a queue under a mutex and
-// uv_async_send wakes the loop, which drains the whole queue per wake-up (sends coalesce).
+// Other threads hand work to it with post(): the task goes on a queue under a mutex and an
+// eventfd wakes the loop, which drains the whole queue per wake-up (posts coalesce: only the
+// first post after a drain began writes to the eventfd).
 // Everything else here is for the loop thread only.
 #pragma once
 
@@ -70,18 +71,25 @@ class EventLoop {
   void close();
 
  private:
-  static void on_async(uv_async_t* handle);
+  static void on_wake(uv_poll_t* handle, int status, int events);
   static void on_timer(uv_timer_t* handle);
   static void on_prepare(uv_prepare_t* handle);
   static void on_check(uv_check_t* handle);
   void drain_queue();
+  void wake() noexcept;  // the eventfd write, unless one is already pending (any thread)
   void run_timers();
   void arm_timer();
   void note_loop_thread() noexcept;
 
   uv_loop_t* loop_ = nullptr;
   std::unique_ptr<uv_loop_t> own_loop_;  // when not attached to a caller's
-  UvHandlePtr<uv_async_t> async_;
+  // The wake-up: an eventfd polled by the loop. Not uv_async_t: libuv 1.44's loop spins and
+  // then sched_yields while a uv_async_send is between its write and its final flag store,
+  // which on a busy machine (the woken loop thread preempting the sender) cost two extra
+  // context switches per blocking call (bench/README.md "The blocking path").
+  int wake_fd_ = -1;
+  UvHandlePtr<uv_poll_t> wake_;
+  std::atomic<bool> wake_pending_{false};  // an eventfd write is on its way or unread
   UvHandlePtr<uv_timer_t> timer_;
   UvHandlePtr<uv_prepare_t> prepare_;
   UvHandlePtr<uv_idle_t> idle_;    // active while after_io tasks wait: the poll must not block
@@ -90,6 +98,7 @@ class EventLoop {
 
   std::mutex queue_mutex_;
   std::vector<Task> queue_;  // guarded by queue_mutex_
+  std::vector<Task> spare_;  // guarded by queue_mutex_: an empty vector whose capacity the queue reuses
   bool closing_ = false;     // guarded by queue_mutex_
 
   // Loop thread only.

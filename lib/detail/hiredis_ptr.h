@@ -5,24 +5,14 @@
 
 #include <memory>
 
-struct redisReply;
 struct redisReader;
 
 namespace redlock::detail {
 
-struct ReplyDeleter {
-  void operator()(redisReply* reply) const noexcept;  // freeReplyObject
-};
 struct ReaderDeleter {
   void operator()(redisReader* reader) const noexcept;  // redisReaderFree
 };
-// What redisFormatCommandArgv allocates.
-struct FormattedCommandDeleter {
-  void operator()(char* command) const noexcept;  // redisFreeCommand
-};
 
-using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
 using ReaderPtr = std::unique_ptr<redisReader, ReaderDeleter>;
-using FormattedCommandPtr = std::unique_ptr<char, FormattedCommandDeleter>;
 
 }  // namespace redlock::detail

@@ -23,20 +23,51 @@ struct redisReply;
 
 namespace redlock::detail {
 
-// if GET(key) == token then DEL(key): 1 deleted, 0 no key, -1 another owner.
+// The channel a release of `key` is announced on (docs/design.md "Waiting"): the same for
+// every key prefix, so one ACL channel pattern (&redlock-released:*) covers every Client.
+inline constexpr std::string_view kReleaseChannelPrefix = "redlock-released:";
+[[nodiscard]] std::string release_channel(std::string_view key);
+
+// if GET(key) == token then DEL(key) and PUBLISH on ARGV[2] (the key's release channel):
+// 1 deleted, 0 no key, -1 another owner. A deletion that reached subscribers answers
+// {1, receivers} instead of 1 (the Client's fairness option reads it; it means "deleted" just
+// the same). PUBLISH goes through pcall: where the ACL user may not publish, the release
+// still deletes and answers 1 (Redis then logs the refusal in its ACL LOG).
 inline constexpr std::string_view kReleaseScript =
     "local v = redis.call('GET', KEYS[1]) "
-    "if v == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+    "if v == ARGV[1] then "
+    "redis.call('DEL', KEYS[1]) "
+    "local n = redis.pcall('PUBLISH', ARGV[2], 'released') "
+    "if type(n) == 'number' and n > 0 then return {1, n} end "
+    "return 1 end "
     "if v == false then return 0 end "
     "return -1";
 
-// if GET(key) == token then PEXPIRE(key, ttl): 1 extended, 0 no key, -1 another owner.
-// Never creates the key: a lost lock stays lost.
+// Acquire retries of a waiter (not the first attempt, which stays a plain SET NX PX): SET NX
+// PX, and when the key is held, its PTTL, so the waiter can sleep until it could be free.
+// +OK granted; an integer when held: the PTTL in ms, -1 no expiry, -3 PTTL refused (pcall:
+// +pttl is optional in the ACL).
+inline constexpr std::string_view kWaitingAcquireScript =
+    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.status_reply('OK') end "
+    "local t = redis.pcall('PTTL', KEYS[1]) "
+    "if type(t) ~= 'number' then return -3 end "
+    "return t";
+
+// if GET(key) == token then PEXPIRE(key, ttl) unless that would shorten it: 1 extended (or
+// kept: a master whose PTTL is already longer keeps it), 0 no key, -1 another owner.
+// Never creates the key: a lost lock stays lost. Never shortens: a lease renewing with a
+// short ttl, or `redlock extend` after `--ttl 60s acquire`, must not cut what a quorum granted.
+// PEXPIRE ... GT (Redis >= 7.0) needs no permission beyond PEXPIRE; an older server refuses
+// the GT argument, and there the script compares PTTL itself (that user then needs PTTL).
 inline constexpr std::string_view kExtendScript =
     "local v = redis.call('GET', KEYS[1]) "
-    "if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end "
     "if v == false then return 0 end "
-    "return -1";
+    "if v ~= ARGV[1] then return -1 end "
+    "local r = redis.pcall('PEXPIRE', KEYS[1], ARGV[2], 'GT') "
+    "if type(r) == 'table' and r.err then "
+    "if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end "
+    "end "
+    "return 1";
 
 // Fenced acquire, round 1: SET NX PX, and on success INCR the master's fencing counter
 // (KEYS[2]) and return it; nil when the key is held.
@@ -60,7 +91,7 @@ inline constexpr std::string_view kFenceRaiseScript =
 // anything, so the counter is never changed. Older servers answer two empty lists: there
 // only the probe's real commands (SET, the extend and release scripts) are checked.
 inline constexpr std::string_view kPermissionCheckScript =
-    "if not redis.acl_check_cmd then return {'', ''} end "
+    "if not redis.acl_check_cmd then return {'', '', ''} end "
     "local function missing(checks) "
     "local out = {} "
     "for _, c in ipairs(checks) do "
@@ -71,7 +102,8 @@ inline constexpr std::string_view kPermissionCheckScript =
     "return {"
     "missing({{'SET', KEYS[1], ARGV[1], 'NX', 'PX', '1'}, {'GET', KEYS[1]}, {'PEXPIRE', KEYS[1], '1'}, "
     "{'DEL', KEYS[1]}, {'EVAL', 'return 0', '0'}}), "
-    "missing({{'INCR', ARGV[2]}, {'GET', ARGV[2]}, {'SET', ARGV[2], '1'}})}";
+    "missing({{'INCR', ARGV[2]}, {'GET', ARGV[2]}, {'SET', ARGV[2], '1'}}), "
+    "missing({{'PUBLISH', ARGV[3], 'released'}, {'SUBSCRIBE', ARGV[3]}})}";
 
 // What one round sends: fixed when the round is created. (An acquire's token changes with
 // every attempt; a round answered late, e.g. a NOSCRIPT, must encode its own.)
@@ -82,6 +114,7 @@ struct RoundArgs {
   std::chrono::milliseconds ttl{0};  // acquire, extend: the PX
   bool fencing = false;     // acquire: the fenced (scripted) variant
   std::uint64_t fence = 0;  // fence: the token to raise the counters to
+  bool learn_pttl = false;  // unfenced acquire: the waiting variant (kWaitingAcquireScript)
 };
 
 // What one master's reply to a round's command says on its own, before the round asks the
@@ -89,12 +122,19 @@ struct RoundArgs {
 // function so it can be fuzzed alone. Exactly one status per reply: ok, held_by_other,
 // not_found or server_error. `fencing`: the acquire is the fenced variant; `fence`: a fence
 // round's token.
+// `learn_pttl`: the acquire is the waiting variant (kWaitingAcquireScript).
+inline constexpr long long kPttlUnknown = -3;
 struct ReplyVote {
   MasterStatus status = MasterStatus::server_error;
   std::string error;      // server_error: the server's text or what was unexpected; else empty
   long long counter = 0;  // fenced acquire granted: the master's fencing counter after INCR
+  // Waiting acquire held_by_other: the key's PTTL in ms (-1: no expiry); else kPttlUnknown.
+  long long pttl = kPttlUnknown;
+  // Release ok: how many subscribers the release's PUBLISH reached (0 when not told).
+  long long receivers = 0;
 };
-[[nodiscard]] ReplyVote classify_reply(RoundKind kind, bool fencing, std::uint64_t fence, const redisReply& reply);
+[[nodiscard]] ReplyVote classify_reply(RoundKind kind, bool fencing, std::uint64_t fence, const redisReply& reply,
+                                       bool learn_pttl = false);
 
 // NOSCRIPT: the script cache lost the script (flushed, or the master restarted): nothing ran.
 [[nodiscard]] bool is_noscript(const redisReply* reply) noexcept;
@@ -104,18 +144,22 @@ class LockCommands {
  public:
   LockCommands(std::string key_prefix, std::string fence_key);
 
-  // The command of a round: dispatches to the typed encoders below. `use_eval`: the script's
-  // source instead of its SHA1 (the NOSCRIPT path); ignored for a plain SET.
-  [[nodiscard]] std::string encode(const RoundArgs& args, bool use_eval) const;
+  // Appends the command of a round to `out`: dispatches to the typed encoders below.
+  // `use_eval`: the script's source instead of its SHA1 (the NOSCRIPT path); ignored for a
+  // plain SET.
+  void append(std::string& out, const RoundArgs& args, bool use_eval) const;
 
-  [[nodiscard]] static std::string acquire(std::string_view key, std::string_view token, std::chrono::milliseconds ttl);
-  [[nodiscard]] std::string fenced_acquire(std::string_view key, std::string_view token, std::chrono::milliseconds ttl,
-                                           bool use_eval) const;
-  [[nodiscard]] std::string extend(std::string_view key, std::string_view token, std::chrono::milliseconds ttl,
-                                   bool use_eval) const;
-  [[nodiscard]] std::string release(std::string_view key, std::string_view token, bool use_eval) const;
+  static void acquire(std::string& out, std::string_view key, std::string_view token, std::chrono::milliseconds ttl);
+  void waiting_acquire(std::string& out, std::string_view key, std::string_view token, std::chrono::milliseconds ttl,
+                       bool use_eval) const;
+  void fenced_acquire(std::string& out, std::string_view key, std::string_view token, std::chrono::milliseconds ttl,
+                      bool use_eval) const;
+  void extend(std::string& out, std::string_view key, std::string_view token, std::chrono::milliseconds ttl,
+              bool use_eval) const;
+  // The announcement goes to release_channel(key).
+  void release(std::string& out, std::string_view key, std::string_view token, bool use_eval) const;
   // The fencing counter = max(counter, fence).
-  [[nodiscard]] std::string fence_raise(std::uint64_t fence, bool use_eval) const;
+  void fence_raise(std::string& out, std::uint64_t fence, bool use_eval) const;
   // GET of the fencing counter (the catch-up reads it on other masters).
   [[nodiscard]] std::string fence_read() const;
 
@@ -132,6 +176,7 @@ class LockCommands {
   const Script release_{kReleaseScript};
   const Script extend_{kExtendScript};
   const Script fenced_acquire_{kFencedAcquireScript};
+  const Script waiting_acquire_{kWaitingAcquireScript};
   const Script fence_raise_{kFenceRaiseScript};
   const Script permission_check_{kPermissionCheckScript};
 };

@@ -6,10 +6,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "detail/small_array.h"
 #include "redlock/lock.h"
 
 namespace redlock::detail {
@@ -18,13 +20,21 @@ class LockState {
  public:
   explicit LockState(std::size_t masters) : epochs(masters, 0) {}
 
+  // The ClientImpl that granted the lock (acquire) or extended it from another Client's or an
+  // adopted Lock. Set once before the Lock is handed out, read-only after (any thread). The
+  // deadline and the epochs below mean something only on that Client.
+  const void* granted_by = nullptr;
+
   // Any thread.
   std::atomic<bool> lost{false};
 
   // Loop thread only. Per master: the incarnation (Client-local epoch of its run_id) that
   // granted the lock, 0 if it did not. `votes` counts the non-zero entries.
-  std::vector<std::uint32_t> epochs;
+  SmallArray<std::uint32_t> epochs;
   std::uint32_t votes = 0;
+  // Called once when the restart guard sets `lost` (a Lease hooks it to learn at once). It
+  // must not call back into the restart guard: it posts to the loop.
+  std::function<void()> on_lost;
 };
 
 // The library's way into a Lock's private part.

@@ -53,6 +53,9 @@ class MasterSet {
 
   // Why master `index` may not be sent a lock command (fenced: the fencing paths too).
   [[nodiscard]] std::optional<std::string> not_permitted(std::uint32_t index, bool fenced) const;
+  // Whether master `index`'s user may PUBLISH and SUBSCRIBE on the release channels, as its
+  // last completed handshake proved (false before it: waiters poll it meanwhile).
+  [[nodiscard]] bool notifications_permitted(std::uint32_t index) const noexcept;
   // Why master `index`'s grant is not a vote now (restart guard; fenced: the catch-up too).
   [[nodiscard]] std::optional<std::string> not_counted(std::uint32_t index, bool fenced) const;
   // Restart guard: how long until master `index`'s grants count, when only its age keeps

@@ -36,7 +36,19 @@ struct AcquirePart {
   bool fencing = false;
   int retries_left = 0;                  // -1: unlimited
   std::uint64_t wait_deadline_ns = 0;    // loop time; 0: none
-  EventLoop::TimerId retry_timer = 0;    // waiting to retry
+  EventLoop::TimerId retry_timer = 0;    // waiting to retry (or, giving_up, for the deadline)
+  // Waiting (docs/design.md "Waiting"; loop time, 0: none / unknown).
+  bool watching = false;                 // subscribed to the key's release channel (ReleaseWatch)
+  bool woken = false;                    // a wake-up arrived while an attempt was in flight
+  bool wake_scheduled = false;           // retry_timer is a wake-up's (jittered) retry
+  bool giving_up = false;                // retry_timer finishes the acquire at its deadline
+  bool polling = false;                  // retry_timer is a counted retry (poll or known expiry: used one of retry_count)
+  bool free_retry = false;               // the next/current attempt is a wake-up's or a known expiry's
+  std::uint64_t retry_at_ns = 0;         // when retry_timer fires
+  std::uint64_t free_backoff_ns = 0;     // grows with consecutive failed free retries (design.md "Waiting")
+  std::uint64_t free_not_before_ns = 0;  // last failed free retry + free_backoff_ns
+  std::uint64_t budget_deadline_ns = 0;  // retry_count's time budget, from the first failure
+  std::uint64_t free_at_ns = 0;          // when a quorum of the holders' keys could have expired
   Result last;                           // the last failed attempt's result, reported if we give up
   std::optional<FencedGrant> fenced;     // between the two rounds of a fenced attempt
 };
@@ -62,6 +74,9 @@ struct Operation {
   int attempts = 0;                  // rounds sent (a fence round belongs to its attempt)
   std::shared_ptr<Round> round;      // the round in flight; cut when the operation ends or retries
   std::variant<AcquirePart, ExtendPart, ReleasePart> part;
+  // The operation itself, while the task that begins it is queued for the loop
+  // (ClientImpl::submit); null otherwise.
+  std::shared_ptr<Operation> in_transit;
 
   [[nodiscard]] RoundKind kind() const noexcept {
     static constexpr RoundKind kKinds[] = {RoundKind::acquire, RoundKind::extend, RoundKind::release};

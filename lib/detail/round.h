@@ -4,8 +4,9 @@
 //
 // A round is created with what it sends (RoundArgs) and a callback for its decision. start()
 // sends to every master at once, and the round decides as soon as the votes allow either
-// way (Tally), or at its deadline: one command_timeout after it was sent. It then closes
-// itself (close(): decided, deadline timer cancelled) and calls the callback once. Replies
+// way (Tally), or at its deadline: one command_timeout after it was sent (RoundDeadlines).
+// It then closes itself (close(): decided, out of the deadline list) and calls the callback
+// once. Replies
 // after the decision still reach it: a late grant of a successful acquire strengthens the
 // lock (keep_late_grants), a late NOSCRIPT of a release is answered with EVAL.
 // Loop thread only.
@@ -25,6 +26,7 @@
 #include "detail/lock_commands.h"
 #include "detail/lock_state.h"
 #include "detail/quorum.h"
+#include "detail/small_array.h"
 #include "redlock/clock.h"
 #include "redlock/result.h"
 
@@ -32,6 +34,41 @@ namespace redlock::detail {
 
 class Diagnostics;
 class MasterSet;
+class Round;
+
+// The deadlines of a Client's rounds in flight, on one loop timer. (A timer per round costs
+// three allocations per round: the task holding the round, and the loop's two timer maps.)
+// Every round's deadline is its send time plus the Client's one command_timeout, so rounds
+// reach their deadlines in the order they were sent: they are kept in a list in deadline
+// order, added at the tail (searched from there, should one ever come out of order), and
+// one timer waits for the head. A round that closes early leaves the list; the timer is then
+// left as it is and, when it fires, waits for the new head. When it fires, the loop first
+// reads the replies already in the sockets (EventLoop::after_io), then every round whose
+// deadline the timer was armed for times out (Round::on_deadline).
+// Loop thread only. Must outlive every Round that uses it.
+class RoundDeadlines {
+ public:
+  explicit RoundDeadlines(EventLoop& loop) : loop_(loop) {}
+  ~RoundDeadlines();
+  RoundDeadlines(const RoundDeadlines&) = delete;
+  RoundDeadlines& operator=(const RoundDeadlines&) = delete;
+
+  void add(Round& round);
+  void remove(Round& round) noexcept;  // nothing if it is not in the list
+
+ private:
+  void arm();
+  void on_timer();
+  void expire();
+
+  EventLoop& loop_;
+  Round* head_ = nullptr;  // earliest deadline
+  Round* tail_ = nullptr;
+  EventLoop::TimerId timer_ = 0;
+  std::uint64_t armed_for_ = 0;  // the deadline timer_ waits for
+  std::uint64_t due_ = 0;        // max(deadline the timer was armed for, when it fired); expire() times out up to it
+  bool expiring_ = false;        // expire() is waiting in after_io
+};
 
 // The parts of its Client a round talks to, and nothing else.
 struct RoundContext {
@@ -41,6 +78,10 @@ struct RoundContext {
   const Diagnostics& diagnostics;
   const Clock& clock;  // the validity clock (detail/loop_time.h)
   std::chrono::milliseconds command_timeout;
+  RoundDeadlines& deadlines;  // the Client's (RoundDeadlines)
+  // Where a round encodes its command before handing the bytes to each connection: one
+  // buffer for every round of the Client, so encoding allocates nothing once it has grown.
+  std::string& command_buffer;
 };
 
 class Round final : public ReplySink, public std::enable_shared_from_this<Round> {
@@ -53,11 +94,14 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   // Takes t0 on both time bases now: elapsed time is never under-counted.
   Round(const RoundContext& context, RoundArgs args, std::shared_ptr<LockState> extended, bool hear_everyone,
         OnDecided on_decided);
+  ~Round() override;
+  Round(const Round&) = delete;
+  Round& operator=(const Round&) = delete;
 
   // Sends to every master (a master whose user may not run this round's commands is not
   // sent a grant-making command) and arms the deadline. May decide before it returns.
   void start();
-  // Decided, deadline timer cancelled, and the callback dropped: the one way a round ends
+  // Decided, out of the deadline list, and the callback dropped: the one way a round ends
   // (its decision, or an acquire cancelled by its caller). Idempotent.
   void close();
 
@@ -73,11 +117,21 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   // t0 on the validity clock: a grant's validity is counted from here.
   [[nodiscard]] Clock::time_point sent_at() const noexcept { return sent_at_; }
   // Fenced acquire: master `index`'s counter after its INCR (granted masters only).
-  [[nodiscard]] long long counter(std::uint32_t index) const { return counters_[index]; }
+  [[nodiscard]] long long counter(std::uint32_t index) const { return learned_[index].counter; }
+  // Waiting acquire (RoundArgs::learn_pttl): master `index`'s PTTL of the held key in ms, -1
+  // without expiry, kPttlUnknown when it was not held by another or did not say.
+  [[nodiscard]] long long pttl(std::uint32_t index) const {
+    return index < learned_.size() ? learned_[index].pttl : kPttlUnknown;
+  }
+  // Release: how many subscribers master `index`'s announcement reached (0: none or unknown).
+  [[nodiscard]] long long receivers(std::uint32_t index) const {
+    return index < learned_.size() ? learned_[index].receivers : 0;
+  }
 
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) override;
 
  private:
+  friend class RoundDeadlines;
   void record(std::uint32_t index, MasterStatus status, std::string error);
   void evaluate();
   void on_deadline();
@@ -85,9 +139,11 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   MasterStatus classify(std::uint32_t index, const redisReply* reply, std::string& error);
   // Whether another configured master that is the same server already voted in this round.
   bool twin_voted(std::uint32_t index) const;
+  [[nodiscard]] std::string& claim_command_buffer(std::string& own) const noexcept;
   void resend_with_eval(std::uint32_t index);
 
   const RoundContext& context_;
+  RoundDeadlines& deadlines_;  // context_.deadlines, kept for the destructor
   const RoundArgs args_;
   const std::shared_ptr<LockState> extended_;
   const bool hear_everyone_;
@@ -96,11 +152,20 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   const std::uint64_t sent_ns_;      // loop time: the deadline and each row's latency
   Tally tally_;
   std::vector<MasterResult> masters_;
-  std::vector<long long> counters_;     // fenced acquire
+  // What each master's reply said beyond its row. Empty for a plain SET NX PX.
+  struct Learned {
+    long long counter = 0;            // fenced acquire
+    long long pttl = kPttlUnknown;    // waiting acquire
+    long long receivers = 0;          // release
+    bool eval_sent = false;           // NOSCRIPT already answered with EVAL
+  };
+  SmallArray<Learned> learned_;
   std::shared_ptr<LockState> granted_;  // see keep_late_grants
-  std::vector<bool> eval_sent_;         // per master: NOSCRIPT already answered with EVAL
   bool decided_ = false;
-  EventLoop::TimerId deadline_timer_ = 0;
+  // RoundDeadlines' list (in it from start() until close()).
+  bool queued_ = false;
+  Round* earlier_ = nullptr;
+  Round* later_ = nullptr;
 };
 
 }  // namespace redlock::detail

@@ -30,6 +30,9 @@ struct ServerInfo {
   // (the fencing part also when the server cannot tell: Redis before 7.0).
   std::string not_permitted;
   std::string fence_not_permitted;
+  // Why this user may not PUBLISH / SUBSCRIBE on the release channels (waiters then poll
+  // this master); empty when allowed or when the server cannot tell (Redis before 7.0).
+  std::string notify_not_permitted;
 
   // Loses no acknowledged write on restart: every write is in the AOF, fsynced before
   // the reply. Only what CONFIG GET said; unknown counts as not durable.

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// redlock::chaos — a delaying TCP proxy for the "slow master" fault (no netem needed).
+// redlock::support — a delaying TCP proxy: the chaos harness's "slow master" fault (no netem
+// needed) and the benchmarks' simulated zones (bench/compare_phases.cpp).
 //
 // Each route is one listening socket on 127.0.0.1 that forwards every accepted connection to
 // 127.0.0.1:target_port (a redis-server). Bytes are held for the route's current one-way
@@ -14,6 +15,9 @@
 //   arrival, negative values count as 0) and written to the other side when due. Each
 //   direction is a FIFO: a chunk is never written before an earlier one, so lowering the
 //   delay cannot reorder bytes (later chunks simply leave right after the earlier ones).
+// * Due times are kept in nanoseconds (CLOCK_MONOTONIC, a timerfd per direction), not rounded
+//   to libuv's millisecond timers: a 0.1 ms delay is 0.1 ms plus the loop's wake-up latency
+//   (tens of microseconds on an idle machine), not 1 to 2 ms.
 // * Backpressure: bytes count as queued from the read until uv_write completes (plus 64 bytes
 //   of bookkeeping per chunk). Once 8 MiB are queued in one direction its source is no longer
 //   read (uv_read_stop); reading resumes when the queue is down to 4 MiB. So one connection
@@ -35,7 +39,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace redlock::chaos {
+namespace redlock::support {
 
 // One listening socket forwarding to 127.0.0.1:target_port. delay_ns lives in shared memory
 // (MAP_SHARED) so another process can change it while the proxy runs; 0 = forward at once.
@@ -62,4 +66,4 @@ ListeningSocket listen_on_free_port();
 // stays open (and accepts into the backlog) after the child's proxy has stopped.
 void run_delay_proxies(const std::vector<ProxyRoute>& routes, const std::atomic<bool>& stop);
 
-}  // namespace redlock::chaos
+}  // namespace redlock::support

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "delay_proxy.h"
+#include "support/delay_proxy.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -21,7 +22,7 @@
 #include <unordered_set>
 #include <utility>
 
-namespace redlock::chaos {
+namespace redlock::support {
 namespace {
 
 constexpr std::size_t kReadBufferBytes = 64 * 1024;
@@ -34,6 +35,13 @@ constexpr std::size_t kLowWaterBytes = kHighWaterBytes / 2;
 constexpr std::size_t kChunkOverheadBytes = 64;
 constexpr std::uint64_t kStopPollMs = 5;
 constexpr int kListenBacklog = 128;
+
+// The proxy's clock: CLOCK_MONOTONIC in nanoseconds, the clock the timerfds are armed on.
+std::uint64_t now_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<std::uint64_t>(ts.tv_nsec);
+}
 
 template <class Handle>
 uv_handle_t* as_handle(Handle* handle) {
@@ -84,7 +92,7 @@ class SigpipeBlock {
 struct Chunk {
   std::unique_ptr<char[]> bytes;
   std::size_t size = 0;
-  std::uint64_t due_ns = 0;  // uv_hrtime() clock
+  std::uint64_t due_ns = 0;  // CLOCK_MONOTONIC (now_ns)
 
   std::size_t charge() const { return size + kChunkOverheadBytes; }
 };
@@ -104,7 +112,12 @@ struct Direction {
   Connection* conn = nullptr;
   uv_tcp_t* source = nullptr;
   uv_tcp_t* sink = nullptr;
-  uv_timer_t timer{};  // armed for pending.front().due_ns while pending is not empty
+  // Armed for pending.front().due_ns while pending is not empty. A timerfd (absolute
+  // CLOCK_MONOTONIC, nanoseconds) watched by a uv_poll_t, not a uv_timer_t: libuv timers count
+  // whole milliseconds, so a 0.1 ms delay would become 1 to 2 ms. timer_fd is closed by the
+  // poll handle's close callback.
+  int timer_fd = -1;
+  uv_poll_t timer{};
   std::deque<Chunk> pending;
   // Charged for the chunks pending plus those handed to uv_write and not yet completed.
   std::size_t queued_bytes = 0;
@@ -152,7 +165,12 @@ Direction& other(Direction& dir) {
 void on_handle_closed(uv_handle_t* handle) {
   // Every connection handle's data is the Direction it belongs to (a socket: the direction
   // reading from it; a timer: its own direction).
-  Connection* conn = static_cast<Direction*>(handle->data)->conn;
+  auto* dir = static_cast<Direction*>(handle->data);
+  if (handle == as_handle(&dir->timer)) {
+    ::close(dir->timer_fd);
+    dir->timer_fd = -1;
+  }
+  Connection* conn = dir->conn;
   if (--conn->open_handles == 0) delete conn;
 }
 
@@ -201,13 +219,20 @@ void close_if_drained(Direction& dir) {
 }
 
 void on_write(uv_write_t* req, int status);
-void on_due(uv_timer_t* timer);
+
+// Arms the direction's timer for `due_ns` (absolute, now_ns clock); 0 disarms it.
+void set_timer(Direction& dir, std::uint64_t due_ns) {
+  itimerspec when{};
+  when.it_value.tv_sec = static_cast<time_t>(due_ns / 1'000'000'000u);
+  when.it_value.tv_nsec = static_cast<long>(due_ns % 1'000'000'000u);
+  ::timerfd_settime(dir.timer_fd, TFD_TIMER_ABSTIME, &when, nullptr);
+}
 
 // Writes every chunk at the head of the queue that is due, then arms the timer for the next.
 void flush(Direction& dir) {
   Connection* conn = dir.conn;
   if (conn->closing) return;
-  const std::uint64_t now = uv_hrtime();
+  const std::uint64_t now = now_ns();
   while (!dir.pending.empty() && dir.pending.front().due_ns <= now) {
     auto* request = new WriteRequest;
     request->dir = &dir;
@@ -223,19 +248,22 @@ void flush(Direction& dir) {
     }
   }
   if (dir.pending.empty()) {
-    uv_timer_stop(&dir.timer);
+    set_timer(dir, 0);
     close_if_drained(dir);
     return;
   }
-  // Timers count whole milliseconds from the loop's cached time; refresh it and round up
-  // (the head is not due, so this is at least 1 ms). If the timer still fires a little early
-  // (the loop clock is truncated to milliseconds), flush finds nothing due and re-arms.
-  uv_update_time(&conn->proxy->loop);
-  const std::uint64_t wait_ms = (dir.pending.front().due_ns - now + 999'999) / 1'000'000;
-  uv_timer_start(&dir.timer, on_due, wait_ms, 0);
+  // The head is not due (so due_ns > 0). A wake-up that finds nothing due (e.g. a stale
+  // expiry of an earlier setting) just re-arms here.
+  set_timer(dir, dir.pending.front().due_ns);
 }
 
-void on_due(uv_timer_t* timer) { flush(*static_cast<Direction*>(timer->data)); }
+void on_due(uv_poll_t* timer, int, int) {
+  auto* dir = static_cast<Direction*>(timer->data);
+  std::uint64_t expirations = 0;
+  // Clears the readiness (EAGAIN if a re-arm already reset it); flush decides what is due.
+  [[maybe_unused]] const ssize_t n = ::read(dir->timer_fd, &expirations, sizeof(expirations));
+  flush(*dir);
+}
 
 void on_write(uv_write_t* req, int status) {
   auto* request = static_cast<WriteRequest*>(req->data);
@@ -255,7 +283,7 @@ void on_write(uv_write_t* req, int status) {
 }
 
 void enqueue(Direction& dir, const char* data, std::size_t size) {
-  const std::uint64_t arrival = uv_hrtime();
+  const std::uint64_t arrival = now_ns();
   const std::atomic<std::int64_t>* delay_ns = dir.conn->listener->delay_ns;
   const std::int64_t delay = delay_ns != nullptr ? delay_ns->load(std::memory_order_relaxed) : 0;
   Chunk chunk;
@@ -279,7 +307,7 @@ void begin_drain(Direction& dir) {
   back.discard = true;
   for (const Chunk& chunk : back.pending) back.queued_bytes -= chunk.charge();
   back.pending.clear();
-  uv_timer_stop(&back.timer);
+  set_timer(back, 0);
   // Keep reading the remaining side (and throw it away), so that closing it later does not
   // turn into a reset because of unread data.
   start_reading(back);
@@ -332,10 +360,21 @@ bool init_connection_handles(Connection* conn, uv_loop_t* loop) {
     conn->handles[conn->handle_count++] = handle;
     return true;
   };
+  // A timer: its timerfd, then the poll handle watching it (from then on closing the handle
+  // closes the fd). Readable = the armed time has come.
+  const auto add_timer = [&](Direction& dir) {
+    dir.timer_fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (dir.timer_fd < 0) return false;
+    if (!add(as_handle(&dir.timer), uv_poll_init(loop, &dir.timer, dir.timer_fd), &dir)) {
+      ::close(dir.timer_fd);
+      dir.timer_fd = -1;
+      return false;
+    }
+    return uv_poll_start(&dir.timer, UV_READABLE, on_due) == 0;
+  };
   return add(as_handle(&conn->client), uv_tcp_init(loop, &conn->client), &conn->to_upstream) &&
          add(as_handle(&conn->upstream), uv_tcp_init(loop, &conn->upstream), &conn->to_client) &&
-         add(as_handle(&conn->to_upstream.timer), uv_timer_init(loop, &conn->to_upstream.timer), &conn->to_upstream) &&
-         add(as_handle(&conn->to_client.timer), uv_timer_init(loop, &conn->to_client.timer), &conn->to_client);
+         add_timer(conn->to_upstream) && add_timer(conn->to_client);
 }
 
 void on_client_connection(uv_stream_t* server, int status) {
@@ -454,4 +493,4 @@ void run_delay_proxies(const std::vector<ProxyRoute>& routes, const std::atomic<
   finish_loop(proxy);
 }
 
-}  // namespace redlock::chaos
+}  // namespace redlock::support

@@ -1,0 +1,400 @@
+// SPDX-License-Identifier: Apache-2.0
+// redlock::Lease and its shared inside (detail/lease_core.h): renewal through the Client's
+// extend on the Client's event loop, and the loss signal (include/redlock/lease.h,
+// docs/leases.md).
+#include "detail/lease_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <future>
+#include <string>
+
+#include "detail/client_impl.h"
+#include "detail/lock_state.h"
+#include "detail/loop_time.h"
+#include "detail/ms_text.h"
+#include "detail/validation.h"
+#include "redlock/client.h"
+#include "redlock/errors.h"
+
+namespace redlock {
+
+namespace detail {
+
+using std::chrono::microseconds;
+
+namespace {
+
+Result refused(Outcome outcome, std::string message) {
+  Result result;
+  result.outcome = outcome;
+  result.message = std::move(message);
+  return result;
+}
+
+void call_user(const Callback& done, Result result) noexcept {
+  if (!done) return;
+  try {
+    done(std::move(result));
+  } catch (...) {
+  }
+}
+
+std::string ms_of(Milliseconds value) { return std::to_string(value.count()) + " ms"; }
+
+}  // namespace
+
+LeaseSettings lease_settings(const ClientOptions& client, Milliseconds lock_ttl, const LeaseOptions& options) {
+  LeaseSettings settings;
+  settings.ttl = options.ttl.value_or(lock_ttl);
+  if (auto why = check_ttl(client, settings.ttl)) throw ConfigError("LeaseOptions." + *why);
+  if (client.restart_guard && client.max_lock_ttl.count() > 0 && settings.ttl > client.max_lock_ttl) {
+    throw ConfigError("LeaseOptions.ttl " + ms_of(settings.ttl) + " exceeds max_lock_ttl " +
+                      ms_of(client.max_lock_ttl) + ", which the restart guard waits out");
+  }
+  const double fraction = options.renew_fraction;
+  if (!(fraction > 0.0 && fraction < 1.0)) {
+    throw ConfigError("LeaseOptions.renew_fraction must be in (0, 1) (got " + std::to_string(fraction) + ")");
+  }
+  settings.renew_fraction = fraction;
+  // From the first renewal to the deadline: the time renewal attempts have, margin included.
+  // The shorter of the kept lock's ttl and the renewals' decides (the first grant is the lock's).
+  const Milliseconds shorter = lock_ttl.count() > 0 ? std::min(lock_ttl, settings.ttl) : settings.ttl;
+  const microseconds ttl = shorter;
+  const auto drift = drift_for(shorter, client.drift_factor, client.drift_constant);
+  const auto renew_after = microseconds(static_cast<microseconds::rep>(std::ceil(fraction * static_cast<double>(ttl.count()))));
+  const microseconds room = ttl - drift - renew_after;
+  if (room <= microseconds{0}) {
+    throw ConfigError("LeaseOptions.renew_fraction " + std::to_string(fraction) + " of ttl " + ms_of(shorter) +
+                      " renews after " + ms_text(renew_after) + ", not before the deadline (ttl - drift allowance " +
+                      ms_text(drift) + ")");
+  }
+  if (options.loss_margin) {
+    const microseconds margin = *options.loss_margin;
+    if (margin <= microseconds{0}) {
+      throw ConfigError("LeaseOptions.loss_margin must be positive (got " + ms_of(*options.loss_margin) + ")");
+    }
+    if (margin >= room) {
+      throw ConfigError("LeaseOptions.loss_margin " + ms_of(*options.loss_margin) +
+                        " leaves no time to renew: the first renewal comes " + ms_text(room) +
+                        " before the deadline (ttl " + ms_of(shorter) + " - drift allowance " + ms_text(drift) +
+                        " - renew_fraction * ttl)");
+    }
+    settings.margin = margin;
+  } else {
+    const microseconds wanted = std::max<microseconds>(2 * client.command_timeout, ttl / 10);
+    settings.margin = std::min(wanted, room / 2);
+  }
+  settings.retry_after = client.command_timeout;
+  settings.on_lost = options.on_lost;
+  settings.on_renewed = options.on_renewed;
+  return settings;
+}
+
+std::shared_ptr<LeaseCore> LeaseCore::keep(ClientImpl& client, Lock lock, const LeaseOptions& options) {
+  if (lock.key.empty() || lock.token.empty()) {
+    throw UsageError("Client::keep: the Lock has no key or token (was it default-constructed?)");
+  }
+  if (lock.adopted()) {
+    throw UsageError("Client::keep: the Lock of '" + lock.resource +
+                     "' was adopted and its validity is unknown here; extend it once and keep the extend's Lock");
+  }
+  if (!client.granted_here(lock)) {
+    throw UsageError("Client::keep: the Lock of '" + lock.resource +
+                     "' was granted by another Client (its deadline is on that Client's clock); adopt or extend "
+                     "it on this Client first and keep the extend's Lock");
+  }
+  auto settings = lease_settings(client.options(), lock.ttl, options);
+  auto core = std::make_shared<LeaseCore>(client, std::move(lock), std::move(settings));
+  if (!client.loop().post([&client, core] { client.keep_lease(core); })) core->client_gone();
+  return core;
+}
+
+LeaseCore::LeaseCore(ClientImpl& client, Lock lock, LeaseSettings settings)
+    : settings_(std::move(settings)), client_(&client), lock_(std::move(lock)) {}
+
+std::optional<LossReason> LeaseCore::loss() const {
+  const std::lock_guard guard(mutex_);
+  return loss_;
+}
+
+Lock LeaseCore::lock() const {
+  const std::lock_guard guard(mutex_);
+  return lock_;
+}
+
+bool LeaseCore::post(EventLoop::Task task) {
+  const std::lock_guard guard(mutex_);
+  // While client_ is set the Client has not begun to close its loop (it clears client_ first).
+  return client_ != nullptr && client_->loop().post(std::move(task));
+}
+
+bool LeaseCore::on_loop_thread() const {
+  const std::lock_guard guard(mutex_);
+  return client_ != nullptr && client_->loop().in_loop_thread();
+}
+
+ClientImpl* LeaseCore::client() const {
+  const std::lock_guard guard(mutex_);
+  return client_;
+}
+
+std::uint64_t LeaseCore::loop_time_of(const ClientImpl& client, std::chrono::steady_clock::time_point at) {
+  const auto now_loop = now_ns();
+  const auto left = at - client.clock().now();
+  if (left <= std::chrono::steady_clock::duration::zero()) return now_loop;
+  return deadline_after(now_loop, static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(left).count()));
+}
+
+void LeaseCore::start() {
+  ClientImpl* const client = this->client();
+  if (client == nullptr || !active()) return;
+  Lock lock = this->lock();
+  // The restart guard tells us at once (on the loop thread) when it marks the lock lost.
+  if (const auto& state = LockAccess::state(lock)) {
+    std::weak_ptr<LeaseCore> weak = weak_from_this();
+    state->on_lost = [previous = std::move(state->on_lost), weak] {
+      if (previous) previous();
+      if (auto self = weak.lock()) self->post([self] { self->signal_loss(LossReason::restarted); });
+    };
+  }
+  if (lock.lost()) {
+    signal_loss(LossReason::restarted);
+    return;
+  }
+  arm();
+}
+
+void LeaseCore::arm() {
+  ClientImpl* const client = this->client();
+  if (client == nullptr || !active()) return;
+  cancel_timers(client->loop());
+  const Lock lock = this->lock();
+  const auto now = client->clock().now();
+  const auto loss_at = lock.deadline - settings_.margin;
+  if (loss_at <= now) {
+    signal_loss(LossReason::deadline);
+    return;
+  }
+  auto self = shared_from_this();
+  loss_timer_ = client->loop().schedule_at(loop_time_of(*client, loss_at), [self] {
+    self->loss_timer_ = 0;
+    self->signal_loss(LossReason::deadline);
+  });
+  const auto renew_after = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double, std::milli>(settings_.renew_fraction * static_cast<double>(lock.ttl.count())));
+  auto renew_at = lock.started + renew_after;
+  if (renew_at >= loss_at) renew_at = now;  // a lock kept late: renew now, while validity remains
+  renew_timer_ = client->loop().schedule_at(loop_time_of(*client, renew_at), [self] {
+    self->renew_timer_ = 0;
+    self->renew();
+  });
+}
+
+void LeaseCore::renew() {
+  ClientImpl* const client = this->client();
+  if (client == nullptr || !active() || in_flight_) return;
+  // Checked and sent in one step on the loop: a late loop may run this timer in the same pass
+  // as the loss timer, or past deadline - margin; then the loss is signalled and nothing is
+  // sent (a renewal after the signal would keep the keys a full ttl for a holder told to stop).
+  Lock lock = this->lock();
+  if (client->clock().now() >= lock.deadline - settings_.margin) {
+    signal_loss(LossReason::deadline);
+    return;
+  }
+  in_flight_ = true;
+  client->extend_now(std::move(lock), [self = shared_from_this()](Result result) { self->renewed(std::move(result)); },
+                     settings_.ttl);
+}
+
+void LeaseCore::renewed(Result result) {
+  in_flight_ = false;
+  ClientImpl* const client = this->client();
+  if (client == nullptr || !active()) return;  // released, lost or the Client gone meanwhile: nothing to do
+  if (result.outcome == Outcome::extended && result.lock) {
+    {
+      const std::lock_guard guard(mutex_);
+      lock_ = *result.lock;
+    }
+    arm();  // may find the new deadline already too close and signal the loss
+    if (settings_.on_renewed && active()) {
+      try {
+        settings_.on_renewed(result);
+      } catch (...) {
+      }
+    }
+    return;
+  }
+  if (this->lock().lost()) {  // the restart guard's verdict (an extend of a lost lock is refused)
+    signal_loss(LossReason::restarted);
+    return;
+  }
+  // Taken only when so many masters answered "no key" or "another owner" that no quorum can
+  // hold it. (The extend's Outcome::lost also covers one such answer against one timeout,
+  // where the lock may still stand: that is retried like any failed renewal.)
+  const auto gone = result.count(MasterStatus::not_found) + result.count(MasterStatus::held_by_other);
+  if (result.outcome == Outcome::lost && gone > client->size() - client->quorum()) {
+    signal_loss(LossReason::taken);
+    return;
+  }
+  // Not proof of loss (timeouts, masters unreachable, a quorum answering too late): again
+  // shortly, while the loss signal's moment has not come (its timer stays armed).
+  const auto retry_at = deadline_after(now_ns(), settings_.retry_after);
+  const auto loss_at = loop_time_of(*client, this->lock().deadline - settings_.margin);
+  if (retry_at >= loss_at) return;
+  renew_timer_ = client->loop().schedule_at(retry_at, [self = shared_from_this()] {
+    self->renew_timer_ = 0;
+    self->renew();
+  });
+}
+
+void LeaseCore::signal_loss(LossReason reason) {
+  Lock lock;
+  ClientImpl* client = nullptr;
+  {
+    const std::lock_guard guard(mutex_);
+    if (loss_ || stopped_.load(std::memory_order_acquire) || client_ == nullptr) return;
+    loss_ = reason;
+    lost_.store(true, std::memory_order_release);
+    lock = lock_;
+    client = client_;
+  }
+  cancel_timers(client->loop());
+  stop_.request_stop();
+  if (settings_.on_lost) {
+    try {
+      settings_.on_lost(reason, lock);
+    } catch (...) {
+    }
+  }
+}
+
+void LeaseCore::cancel_timers(EventLoop& loop) noexcept {
+  if (renew_timer_ != 0) loop.cancel(std::exchange(renew_timer_, 0));
+  if (loss_timer_ != 0) loop.cancel(std::exchange(loss_timer_, 0));
+}
+
+void LeaseCore::release(Callback done) {
+  Lock lock;
+  bool posted = false;
+  bool twice = false;
+  {
+    const std::lock_guard guard(mutex_);
+    twice = released_;
+    released_ = true;
+    stopped_.store(true, std::memory_order_release);
+    lock = lock_;
+    // While client_ is set the Client has not begun to close its loop, so the task will run
+    // (on the loop thread, with the Client alive).
+    if (!twice && client_ != nullptr) {
+      posted = client_->loop().post([self = shared_from_this(), lock, done] {
+        ClientImpl* const client = self->client();
+        if (client == nullptr) {
+          call_user(done, refused(Outcome::cancelled, "the client is shutting down"));
+          return;
+        }
+        self->cancel_timers(client->loop());
+        client->release_async(lock, done);
+      });
+    }
+  }
+  stop_.request_stop();
+  if (twice) {
+    call_user(done, refused(Outcome::invalid_argument, "the lease of '" + lock.resource + "' was already released"));
+  } else if (!posted) {
+    call_user(done, refused(Outcome::cancelled, "the client is shutting down"));
+  }
+}
+
+void LeaseCore::client_gone() {
+  ClientImpl* client = nullptr;
+  {
+    const std::lock_guard guard(mutex_);
+    client = std::exchange(client_, nullptr);
+    stopped_.store(true, std::memory_order_release);
+  }
+  if (client != nullptr) cancel_timers(client->loop());
+  stop_.request_stop();
+}
+
+// --- ClientImpl's side.
+
+void ClientImpl::keep_lease(const std::shared_ptr<LeaseCore>& lease) {
+  if (shutting_down_) {
+    lease->client_gone();
+    return;
+  }
+  if (leases_.size() >= leases_sweep_at_) {
+    std::erase_if(leases_, [](const std::weak_ptr<LeaseCore>& weak) { return weak.expired(); });
+    leases_sweep_at_ = std::max<std::size_t>(64, leases_.size() * 2);
+  }
+  leases_.push_back(lease);
+  lease->start();
+}
+
+void ClientImpl::stop_leases() {
+  for (const auto& weak : leases_) {
+    if (auto lease = weak.lock()) lease->client_gone();
+  }
+  leases_.clear();
+}
+
+}  // namespace detail
+
+// --- the public handle.
+
+std::string_view to_string(LossReason reason) noexcept {
+  switch (reason) {
+    case LossReason::taken:
+      return "taken";
+    case LossReason::restarted:
+      return "restarted";
+    case LossReason::deadline:
+      return "deadline";
+  }
+  return "unknown";
+}
+
+Lease Client::keep(Lock lock, LeaseOptions options) {
+  return Lease(detail::LeaseCore::keep(*impl_, std::move(lock), options));
+}
+
+Lease::~Lease() {
+  if (core_) core_->release(nullptr);
+}
+
+Lease& Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    if (core_) core_->release(nullptr);
+    core_ = std::move(other.core_);
+  }
+  return *this;
+}
+
+Lease::operator bool() const noexcept { return core_ && core_->active(); }
+bool Lease::lost() const noexcept { return core_ && core_->lost(); }
+std::optional<LossReason> Lease::loss() const { return core_ ? core_->loss() : std::nullopt; }
+std::stop_token Lease::stop_token() const noexcept { return core_ ? core_->stop_token() : std::stop_token{}; }
+Lock Lease::lock() const { return core_ ? core_->lock() : Lock{}; }
+std::chrono::steady_clock::time_point Lease::deadline() const { return lock().deadline; }
+
+Result Lease::release() {
+  if (!core_) return detail::refused(Outcome::invalid_argument, "release() of a Lease that holds nothing");
+  if (core_->on_loop_thread()) {
+    throw UsageError("Lease::release() on the client's loop thread would wait for itself forever; use release_async");
+  }
+  auto promise = std::make_shared<std::promise<Result>>();
+  auto future = promise->get_future();
+  release_async([promise](Result result) { promise->set_value(std::move(result)); });
+  return future.get();
+}
+
+void Lease::release_async(Callback done) {
+  if (!core_) {
+    detail::call_user(done, detail::refused(Outcome::invalid_argument, "release of a Lease that holds nothing"));
+    return;
+  }
+  core_->release(std::move(done));
+}
+
+}  // namespace redlock

@@ -1,0 +1,565 @@
+// SPDX-License-Identifier: Apache-2.0
+// redlock::Lease (include/redlock/lease.h) and the extend it renews through, against real
+// masters: renewal keeps a lock across many ttls; loss (a frozen majority, the key deleted on a
+// quorum, a restarted majority) is signalled before the lock's deadline, and nothing is renewed
+// after it; destruction with a renewal in flight, and a Client destroyed under live leases, are
+// clean; redlock::Mutex's opt-in renewal; an extend never shortens a master's PTTL.
+#include "redlock/lease.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redlock/mutex.h"
+#include "test_util.h"
+
+namespace redlock::testing {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::microseconds;
+using std::chrono::steady_clock;
+
+// Short ttls, so that a test spans many renewals; a command_timeout that leaves room for a
+// retry within one ttl.
+ClientOptions lease_options(const RedisServerGroup& masters, Milliseconds command_timeout = 100ms) {
+  auto options = options_for(masters);
+  options.command_timeout = command_timeout;
+  return options;
+}
+
+// The master's own count of EVALSHA calls (every extend and release of the library).
+long long evalsha_calls(const RedisServer& server) {
+  const Reply info = server.command({"INFO", "commandstats"});
+  const auto at = info.str.find("cmdstat_evalsha:calls=");
+  if (at == std::string::npos) return 0;
+  return std::stoll(info.str.substr(at + std::string("cmdstat_evalsha:calls=").size()));
+}
+
+long long pttl(const RedisServer& server, const std::string& key) { return server.command({"PTTL", key}).integer; }
+
+// What on_lost and a stop_callback saw, written on the loop thread.
+struct LossRecord {
+  std::mutex mutex;
+  int calls = 0;
+  std::optional<LossReason> reason;
+  steady_clock::time_point at{};
+  steady_clock::time_point deadline{};  // of the Lock on_lost was given
+  std::atomic<bool> stop_callback_ran{false};
+
+  std::function<void(LossReason, const Lock&)> callback() {
+    return [this](LossReason why, const Lock& lock) {
+      const auto now = steady_clock::now();
+      const std::lock_guard guard(mutex);
+      ++calls;
+      reason = why;
+      at = now;
+      deadline = lock.deadline;
+    };
+  }
+  bool signalled() {
+    const std::lock_guard guard(mutex);
+    return calls > 0;
+  }
+  // How long before the lock's deadline the signal came (negative: after it). Printed.
+  microseconds lead(const char* what) {
+    const std::lock_guard guard(mutex);
+    const auto lead = duration_cast<microseconds>(deadline - at);
+    std::printf("[figure] %s: loss (%s) signalled %.3f ms before the deadline\n", what,
+                reason ? std::string(to_string(*reason)).c_str() : "none", static_cast<double>(lead.count()) / 1000.0);
+    return lead;
+  }
+};
+
+// --- extend never shortens (issue 11).
+
+TEST(LeaseExtendTest, AnExtendWithAShorterTtlLeavesEveryMastersPttlAlone) {
+  RedisServerGroup masters(3);
+  Client client(options_for(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  AcquireOptions long_ttl;
+  long_ttl.ttl = 60s;
+  const Result held = client.acquire("report", long_ttl);
+  ASSERT_TRUE(held) << format_result(held);
+  ASSERT_TRUE(eventually([&] { return holding(masters, held.lock->key, held.lock->token) == 3u; }));
+
+  const Result extended = client.extend(*held.lock, 10s);
+  ASSERT_EQ(extended.outcome, Outcome::extended) << format_result(extended);
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    EXPECT_GT(pttl(masters[i], held.lock->key), 50'000) << "master " << i << " had its PTTL cut by the extend";
+  }
+  EXPECT_GE(extended.lock->deadline, held.lock->deadline) << "the lock's deadline moved earlier";
+  EXPECT_EQ(extended.lock->token, held.lock->token);
+
+  // A longer ttl still extends.
+  const Result longer = client.extend(*extended.lock, 120s);
+  ASSERT_EQ(longer.outcome, Outcome::extended) << format_result(longer);
+  for (std::size_t i = 0; i < masters.size(); ++i) EXPECT_GT(pttl(masters[i], held.lock->key), 110'000);
+  EXPECT_GT(longer.lock->deadline, extended.lock->deadline);
+}
+
+TEST(LeaseExtendTest, AnExtendStillNeverRecreatesAKeyNorTakesAnotherOwners) {
+  RedisServerGroup masters(3);
+  Client client(options_for(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result held = client.acquire("gone");
+  ASSERT_TRUE(held);
+  for (std::size_t i = 0; i < 2; ++i) masters[i].command({"DEL", held.lock->key});
+  masters[2].command({"SET", held.lock->key, "someone-else", "PX", "60000"});
+  const Result extended = client.extend(*held.lock);
+  EXPECT_EQ(extended.outcome, Outcome::lost) << format_result(extended);
+  EXPECT_EQ(with_key(masters, held.lock->key), 1u);
+  EXPECT_EQ(get(masters[2], held.lock->key), "someone-else");
+}
+
+// --- renewal.
+
+TEST(LeaseTest, RenewalKeepsALockAcrossTenTimesItsTtl) {
+  RedisServerGroup masters(3);
+  Client client(lease_options(masters));
+  Client other(lease_options(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  ASSERT_TRUE(other.wait_connected(3, 5s));
+  AcquireOptions short_ttl;
+  short_ttl.ttl = 500ms;
+  const Result held = client.acquire("nightly", short_ttl);
+  ASSERT_TRUE(held) << format_result(held);
+  LossRecord loss;
+  LeaseOptions options;
+  options.on_lost = loss.callback();
+  Lease lease = client.keep(*held.lock, options);
+  ASSERT_TRUE(lease);
+  const auto first_deadline = lease.deadline();
+
+  const auto until = steady_clock::now() + 5s;
+  int refused = 0;
+  while (steady_clock::now() < until) {
+    const Result stolen = other.acquire("nightly", short_ttl);
+    EXPECT_FALSE(stolen) << "another client acquired a kept lock\n" << format_result(stolen);
+    if (stolen) other.release(*stolen.lock);
+    ++refused;
+    ASSERT_TRUE(lease) << "lost: " << (lease.loss() ? to_string(*lease.loss()) : "?");
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_GT(refused, 10);
+  EXPECT_FALSE(loss.signalled());
+  EXPECT_FALSE(lease.stop_token().stop_requested());
+  EXPECT_GT(lease.deadline(), first_deadline + 4s) << "the deadline moved on with the renewals";
+  EXPECT_EQ(lease.lock().token, held.lock->token);
+  EXPECT_GE(holding(masters, held.lock->key, held.lock->token), 2u);
+
+  const Result released = lease.release();
+  EXPECT_EQ(released.outcome, Outcome::released) << format_result(released);
+  EXPECT_FALSE(lease);
+  EXPECT_FALSE(lease.lost());
+  EXPECT_TRUE(lease.stop_token().stop_requested()) << "stop is requested at release";
+  EXPECT_TRUE(eventually([&] { return with_key(masters, held.lock->key) == 0; }));
+  EXPECT_EQ(lease.release().outcome, Outcome::invalid_argument) << "a second release";
+  EXPECT_TRUE(other.acquire("nightly", short_ttl));
+}
+
+TEST(LeaseTest, TheFencingTokenAndOwnerTokenStayTheSameAcrossRenewals) {
+  RedisServerGroup masters(3);
+  Client client(lease_options(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  AcquireOptions fenced;
+  fenced.ttl = 400ms;
+  fenced.fencing = true;
+  fenced.retry_count = -1;  // until the masters' fencing counters are caught up
+  fenced.wait = 5000ms;
+  const Result held = client.acquire("ledger", fenced);
+  ASSERT_TRUE(held) << format_result(held);
+  ASSERT_GT(held.lock->fence, 0u);
+  Lease lease = client.keep(*held.lock);
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(lease);
+  const Lock now = lease.lock();
+  EXPECT_GT(now.deadline, held.lock->deadline + 1s) << "renewed several times";
+  EXPECT_EQ(now.fence, held.lock->fence);
+  EXPECT_EQ(now.token, held.lock->token);
+  // A new grant after the release gets a larger token.
+  ASSERT_TRUE(lease.release());
+  const Result next = client.acquire("ledger", fenced);
+  ASSERT_TRUE(next);
+  EXPECT_GT(next.lock->fence, held.lock->fence);
+}
+
+// --- loss.
+
+// A majority frozen: renewals time out; the deadline case must fire before the deadline.
+void majority_frozen(std::size_t n) {
+  RedisServerGroup masters(n);
+  Client client(lease_options(masters));
+  ASSERT_TRUE(client.wait_connected(n, 5s));
+  AcquireOptions ttl;
+  ttl.ttl = 1000ms;
+  const Result held = client.acquire("frozen", ttl);
+  ASSERT_TRUE(held) << format_result(held);
+  LossRecord loss;
+  LeaseOptions options;
+  options.on_lost = loss.callback();
+  Lease lease = client.keep(*held.lock, options);
+  const std::stop_callback on_stop(lease.stop_token(), [&] { loss.stop_callback_ran = true; });
+  std::this_thread::sleep_for(700ms);  // at least one renewal
+  ASSERT_TRUE(lease);
+
+  const std::size_t frozen = quorum_of_n(n);
+  for (std::size_t i = 0; i < frozen; ++i) masters[i].freeze();
+  ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 5s));
+  EXPECT_EQ(lease.loss(), LossReason::deadline);
+  EXPECT_TRUE(lease.lost());
+  EXPECT_FALSE(lease);
+  EXPECT_TRUE(lease.stop_token().stop_requested());
+  EXPECT_TRUE(loss.stop_callback_ran);
+  EXPECT_GT(loss.lead("majority frozen").count(), 0) << "the loss signal came after the lock's deadline";
+  EXPECT_EQ(loss.deadline, lease.deadline());
+
+  // After the loss nothing is renewed: the unfrozen masters see no more extends, and their
+  // key runs out.
+  const std::size_t awake = n - 1;
+  std::this_thread::sleep_for(150ms);  // a renewal sent just before the signal has answered
+  const long long calls = evalsha_calls(masters[awake]);
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(evalsha_calls(masters[awake]), calls) << "a renewal was sent after the loss";
+  EXPECT_LT(pttl(masters[awake], held.lock->key), 0) << "the key should have expired";
+  {
+    const std::lock_guard guard(loss.mutex);
+    EXPECT_EQ(loss.calls, 1);
+  }
+  for (std::size_t i = 0; i < frozen; ++i) masters[i].thaw();
+}
+
+TEST(LeaseTest, LossIsSignalledBeforeTheDeadlineWhenAMajorityOfThreeFreezes) { majority_frozen(3); }
+TEST(LeaseTest, LossIsSignalledBeforeTheDeadlineWhenAMajorityOfFiveFreezes) { majority_frozen(5); }
+
+TEST(LeaseTest, ALeaseWithAMinorityFrozenKeepsRenewing) {
+  RedisServerGroup masters(5);
+  Client client(lease_options(masters));
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  AcquireOptions ttl;
+  ttl.ttl = 600ms;
+  const Result held = client.acquire("minority", ttl);
+  ASSERT_TRUE(held);
+  Lease lease = client.keep(*held.lock);
+  masters[0].freeze();
+  masters[1].freeze();
+  std::this_thread::sleep_for(3s);
+  EXPECT_TRUE(lease) << "lost: " << (lease.loss() ? to_string(*lease.loss()) : "?");
+  masters[0].thaw();
+  masters[1].thaw();
+}
+
+TEST(LeaseTest, LossIsSignalledWhenTheKeyIsDeletedOnAQuorum) {
+  RedisServerGroup masters(3);
+  Client client(lease_options(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  AcquireOptions ttl;
+  ttl.ttl = 1000ms;
+  const Result held = client.acquire("deleted", ttl);
+  ASSERT_TRUE(held);
+  LossRecord loss;
+  LeaseOptions options;
+  options.on_lost = loss.callback();
+  Lease lease = client.keep(*held.lock, options);
+  const std::stop_callback on_stop(lease.stop_token(), [&] { loss.stop_callback_ran = true; });
+  for (std::size_t i = 0; i < 2; ++i) masters[i].command({"DEL", held.lock->key});
+  ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 3s));
+  EXPECT_EQ(lease.loss(), LossReason::taken);
+  EXPECT_TRUE(loss.stop_callback_ran);
+  EXPECT_GT(loss.lead("key deleted on a quorum").count(), 0);
+  // Never recreated, never renewed again.
+  EXPECT_EQ(with_key(masters, held.lock->key), 1u);
+  std::this_thread::sleep_for(100ms);
+  const long long calls = evalsha_calls(masters[2]);
+  std::this_thread::sleep_for(1200ms);
+  EXPECT_EQ(evalsha_calls(masters[2]), calls) << "a renewal was sent after the loss";
+  EXPECT_EQ(with_key(masters, held.lock->key), 0u);
+}
+
+TEST(LeaseTest, LossIsSignalledAtOnceWhenAMajorityRestartsUnderTheRestartGuard) {
+  RedisServerGroup masters(3);
+  auto options = lease_options(masters);
+  options.restart_guard = true;
+  options.ttl = 2000ms;
+  options.max_lock_ttl = 2000ms;
+  Client client(options);
+  ASSERT_TRUE(eventually(
+      [&] {
+        const Result r = client.acquire("warm-up");
+        if (r) client.release(*r.lock);
+        return r.ok() && r.count(MasterStatus::not_counted) == 0;
+      },
+      10s));
+  const Result held = client.acquire("restarted");
+  ASSERT_TRUE(held) << format_result(held);
+  ASSERT_TRUE(eventually([&] { return holding(masters, held.lock->key, held.lock->token) == 3u; }));
+  LossRecord loss;
+  LeaseOptions lease_opts;
+  lease_opts.on_lost = loss.callback();
+  lease_opts.renew_fraction = 0.6;  // the restarts are seen before the first renewal is due
+  Lease lease = client.keep(*held.lock, lease_opts);
+  for (const std::size_t i : {0u, 1u}) {
+    masters[i].kill();
+    masters[i].restart();  // no persistence: the key is gone there
+  }
+  ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 5s));
+  EXPECT_EQ(lease.loss(), LossReason::restarted);
+  EXPECT_TRUE(held.lock->lost());
+  EXPECT_GT(loss.lead("majority restarted").count(), 0);
+}
+
+// --- lifetime.
+
+TEST(LeaseTest, DestroyingALeaseWhileItsRenewalIsInFlightIsClean) {
+  RedisServerGroup masters(3);
+  Client client(lease_options(masters, 1500ms));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  AcquireOptions ttl;
+  ttl.ttl = 5000ms;
+  const Result held = client.acquire("in-flight", ttl);
+  ASSERT_TRUE(held);
+  LeaseOptions options;
+  options.renew_fraction = 0.1;  // a renewal after 500 ms, hanging on the frozen masters
+  std::atomic<int> lost_calls{0};
+  options.on_lost = [&](LossReason, const Lock&) { ++lost_calls; };
+  const long long before = evalsha_calls(masters[2]);
+  auto lease = std::make_unique<Lease>(client.keep(*held.lock, options));
+  masters[0].freeze();
+  masters[1].freeze();
+  ASSERT_TRUE(eventually([&] { return evalsha_calls(masters[2]) > before; }, 3s)) << "no renewal was sent";
+  lease.reset();  // the renewal is still waiting on the frozen masters
+  std::this_thread::sleep_for(2s);  // it times out, answers a freed handle's shared state
+  EXPECT_EQ(lost_calls.load(), 0);
+  masters[0].thaw();
+  masters[1].thaw();
+  EXPECT_TRUE(eventually([&] { return with_key(masters, held.lock->key) == 0; }, 3s))
+      << "the destructor's release reaches the thawed masters";
+}
+
+TEST(LeaseTest, DestroyingTheClientUnderLiveLeasesIsClean) {
+  RedisServerGroup masters(3);
+  std::vector<Lease> leases;
+  std::string key;
+  {
+    Client client(lease_options(masters, 1000ms));
+    ASSERT_TRUE(client.wait_connected(3, 5s));
+    AcquireOptions ttl;
+    ttl.ttl = 3000ms;
+    for (int i = 0; i < 4; ++i) {
+      const Result held = client.acquire("many-" + std::to_string(i), ttl);
+      ASSERT_TRUE(held);
+      LeaseOptions options;
+      options.renew_fraction = 0.1;
+      leases.push_back(client.keep(*held.lock, options));
+      key = held.lock->key;
+    }
+    masters[0].freeze();
+    masters[1].freeze();
+    std::this_thread::sleep_for(500ms);  // renewals in flight on the frozen masters
+  }
+  masters[0].thaw();
+  masters[1].thaw();
+  for (auto& lease : leases) {
+    EXPECT_FALSE(lease);
+    EXPECT_FALSE(lease.lost()) << "the Client's end is not a loss";
+    EXPECT_TRUE(lease.stop_token().stop_requested());
+    EXPECT_EQ(lease.release().outcome, Outcome::cancelled);
+  }
+  leases.clear();
+}
+
+// --- the async API: keep() and release_async() inside callbacks on the loop thread.
+
+TEST(LeaseTest, KeepAndReleaseWorkInsideCallbacksOnTheLoopThread) {
+  RedisServerGroup masters(3);
+  Client client(lease_options(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  std::mutex mutex;
+  std::optional<Lease> lease;  // guarded by mutex
+  std::atomic<bool> kept{false};
+  AcquireOptions ttl;
+  ttl.ttl = 400ms;
+  client.acquire_async(
+      "async",
+      [&](Result result) {
+        ASSERT_TRUE(result) << format_result(result);
+        const std::lock_guard guard(mutex);
+        lease.emplace(client.keep(*result.lock));
+        EXPECT_THROW((void)lease->release(), UsageError) << "release() blocks: refused on the loop thread";
+        kept = true;
+      },
+      ttl);
+  ASSERT_TRUE(eventually([&] { return kept.load(); }));
+  std::this_thread::sleep_for(1500ms);
+  std::string key;
+  {
+    const std::lock_guard guard(mutex);
+    ASSERT_TRUE(*lease) << "lost: " << (lease->loss() ? to_string(*lease->loss()) : "?");
+    key = lease->lock().key;
+  }
+  std::atomic<bool> released{false};
+  client.extend_async(
+      Lock{},  // any callback on the loop thread will do: destroy the lease there
+      [&](Result) {
+        const std::lock_guard guard(mutex);
+        lease->release_async([&](Result result) {
+          EXPECT_EQ(result.outcome, Outcome::released) << format_result(result);
+          released = true;
+        });
+        lease.reset();  // destruction on the loop thread must not block
+      });
+  ASSERT_TRUE(eventually([&] { return released.load(); }));
+  EXPECT_EQ(with_key(masters, key), 0u);
+}
+
+// --- redlock::Mutex with renew.
+
+TEST(LeaseTest, AMutexThatRenewsHoldsAcrossTenTimesItsTtl) {
+  RedisServerGroup masters(3);
+  Client client(lease_options(masters));
+  Client other(lease_options(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  AcquireOptions ttl;
+  ttl.ttl = 400ms;
+  Mutex mutex(client, "mutex-renewed", ttl, LeaseOptions{});
+  Mutex rival(other, "mutex-renewed", ttl);
+  {
+    std::unique_lock guard(mutex);
+    const auto first = mutex.held();
+    ASSERT_TRUE(first);
+    const auto until = steady_clock::now() + 4s;
+    while (steady_clock::now() < until) {
+      EXPECT_FALSE(rival.try_lock()) << format_result(rival.last_result());
+      EXPECT_TRUE(mutex.owns_lock());
+      EXPECT_GT(mutex.remaining().count(), 0);
+      EXPECT_FALSE(mutex.lost());
+      std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_GT(mutex.held()->deadline, first->deadline + 3s) << "held() reflects the renewals";
+    EXPECT_EQ(mutex.held()->token, first->token);
+    EXPECT_FALSE(mutex.stop_token().stop_requested());
+  }
+  EXPECT_FALSE(mutex.owns_lock());
+  EXPECT_EQ(mutex.last_result().outcome, Outcome::released);
+  EXPECT_TRUE(eventually([&] { return with_key(masters, "redlock:mutex-renewed") == 0; }));
+  EXPECT_TRUE(rival.try_lock());
+  rival.unlock();
+}
+
+// --- validation.
+
+TEST(LeaseTest, BadLeaseOptionsAreRefusedNamingTheValue) {
+  RedisServerGroup masters(1);
+  Client client(lease_options(masters));
+  ASSERT_TRUE(client.wait_connected(1, 5s));
+  AcquireOptions ttl;
+  ttl.ttl = 1000ms;
+  const Result held = client.acquire("validated", ttl);
+  ASSERT_TRUE(held);
+  const auto refused_with = [&](LeaseOptions options, const std::string& text) {
+    try {
+      (void)client.keep(*held.lock, std::move(options));
+      ADD_FAILURE() << "accepted; expected an error naming " << text;
+    } catch (const ConfigError& error) {
+      EXPECT_NE(std::string(error.what()).find(text), std::string::npos) << error.what();
+    }
+  };
+  LeaseOptions fraction;
+  fraction.renew_fraction = 1.5;
+  refused_with(fraction, "renew_fraction must be in (0, 1) (got 1.5");
+  fraction.renew_fraction = 0.99;
+  refused_with(fraction, "renew_fraction 0.99");
+  LeaseOptions margin;
+  margin.loss_margin = 0ms;
+  refused_with(margin, "loss_margin must be positive (got 0 ms)");
+  margin.loss_margin = 900ms;
+  refused_with(margin, "loss_margin 900 ms leaves no time to renew");
+  LeaseOptions ttl_option;
+  ttl_option.ttl = -5ms;
+  refused_with(ttl_option, "ttl must be positive (got -5 ms)");
+  EXPECT_THROW((void)client.keep(Lock{}), UsageError);
+  const Lock adopted = client.adopt("validated", held.lock->token);
+  EXPECT_THROW((void)client.keep(adopted), UsageError);
+  EXPECT_THROW(Mutex(client, "m", ttl, fraction), ConfigError);
+  // A default Lease holds nothing.
+  Lease empty;
+  EXPECT_FALSE(empty);
+  EXPECT_FALSE(empty.stop_token().stop_possible());
+  EXPECT_EQ(empty.release().outcome, Outcome::invalid_argument);
+}
+
+// on_renewed: once per successful renewal, on the loop thread, with that renewal's new deadline
+// (what lock() returns from then on); never after the release.
+TEST(LeaseTest, OnRenewedIsCalledForEachRenewalWithItsNewDeadline) {
+  RedisServerGroup masters(3);
+  Client client(lease_options(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  AcquireOptions short_ttl;
+  short_ttl.ttl = 300ms;
+  const Result held = client.acquire("renewed-hook", short_ttl);
+  ASSERT_TRUE(held) << format_result(held);
+  std::mutex mutex;
+  std::vector<steady_clock::time_point> deadlines;
+  std::atomic<int> bad{0};
+  std::atomic<bool> released{false};
+  LeaseOptions options;
+  options.on_renewed = [&](const Result& result) {
+    if (result.outcome != Outcome::extended || !result.lock || released.load()) ++bad;
+    const std::lock_guard guard(mutex);
+    deadlines.push_back(result.lock ? result.lock->deadline : steady_clock::time_point{});
+  };
+  const long long before = evalsha_calls(masters[0]);
+  Lease lease = client.keep(*held.lock, options);
+  std::this_thread::sleep_for(1500ms);
+  ASSERT_TRUE(lease);
+  released = true;
+  const Result done = lease.release();
+  EXPECT_EQ(done.outcome, Outcome::released) << format_result(done);
+  std::this_thread::sleep_for(200ms);  // a reply still in flight at the release must not be reported
+  const long long sent = evalsha_calls(masters[0]) - before - 1;  // less the release
+  const std::lock_guard guard(mutex);
+  const auto calls = static_cast<long long>(deadlines.size());
+  std::printf("[figure] on_renewed: %lld calls for %lld renewals sent in 1.5 s (ttl 300 ms)\n", calls, sent);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GE(calls, 3);
+  // Every renewal sent was answered yes by every master, except perhaps one cut off by the release.
+  EXPECT_LE(calls, sent);
+  EXPECT_GE(calls, sent - 1);
+  EXPECT_GT(deadlines.front(), held.lock->deadline);
+  for (std::size_t i = 1; i < deadlines.size(); ++i) EXPECT_GT(deadlines[i], deadlines[i - 1]);
+  EXPECT_EQ(lease.lock().deadline, deadlines.back()) << "lock() returns the last renewal's lock";
+}
+
+// keep() refuses a Lock granted by another Client, naming it; the extend's Lock on this Client
+// is kept.
+TEST(LeaseTest, KeepRefusesAnotherClientsLockNamingIt) {
+  RedisServerGroup masters(3);
+  Client granting(lease_options(masters));
+  Client keeping(lease_options(masters));
+  ASSERT_TRUE(granting.wait_connected(3, 5s));
+  ASSERT_TRUE(keeping.wait_connected(3, 5s));
+  const Result held = granting.acquire("elsewhere");
+  ASSERT_TRUE(held) << format_result(held);
+  try {
+    (void)keeping.keep(*held.lock);
+    ADD_FAILURE() << "keep() accepted another Client's Lock";
+  } catch (const UsageError& error) {
+    EXPECT_NE(std::string(error.what()).find("'elsewhere'"), std::string::npos) << error.what();
+  }
+  const Result here = keeping.extend(*held.lock);
+  ASSERT_EQ(here.outcome, Outcome::extended) << format_result(here);
+  Lease lease = keeping.keep(*here.lock);
+  EXPECT_TRUE(lease);
+  EXPECT_EQ(lease.release().outcome, Outcome::released);
+}
+
+}  // namespace
+}  // namespace redlock::testing

@@ -1,0 +1,566 @@
+// SPDX-License-Identifier: Apache-2.0
+// Waiting without polling (issue 11, docs/design.md "Waiting"): a release announces itself
+// on redlock-released:<key>, waiters subscribe and retry at once; a crashed holder's PTTL
+// tells a waiter when to retry; polling (retry_delay) is only the fallback; fairness
+// (ClientOptions::yield_to_waiters) is opt-in.
+//
+// Every waiter here has retry_delay = 10 s and a wait of a few seconds: a waiter that polled
+// would give up (its next poll lies past its wait) or come in 10 s late, so "granted within
+// the wait" can only come from a notification or a known expiry. The release -> grant
+// latencies are printed, not asserted.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redlock/errors.h"
+#include "support/process_memory.h"
+#include "tcp_proxy.h"
+#include "test_util.h"
+
+namespace redlock::testing {
+namespace {
+
+using Steady = std::chrono::steady_clock;
+
+double ms_since(Steady::time_point from, Steady::time_point to = Steady::now()) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+// A waiter that would poll only every 10 s.
+ClientOptions waiter_options(const std::vector<std::string>& masters) {
+  auto options = options_for(masters);
+  options.retry_delay = 10s;
+  options.retry_jitter = 0ms;
+  return options;
+}
+
+AcquireOptions wait_for(std::chrono::milliseconds wait) {
+  AcquireOptions acquire;
+  acquire.retry_count = -1;
+  acquire.wait = wait;
+  return acquire;
+}
+
+// An acquire on its own thread, so the test can release meanwhile.
+std::future<Result> acquire_later(Client& client, const std::string& resource, AcquireOptions acquire) {
+  return std::async(std::launch::async, [&client, resource, acquire] { return client.acquire(resource, acquire); });
+}
+
+class WaitTest : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(WaitTest, AWaiterIsGrantedSoonAfterARelease) {
+  const std::size_t n = GetParam();
+  RedisServerGroup masters(n);
+  auto holder_options = options_for(masters);
+  holder_options.ttl = 30s;
+  Client holder(holder_options);
+  Client waiter(waiter_options(masters.uris()));
+  ASSERT_TRUE(holder.wait_connected(n, 5s));
+  ASSERT_TRUE(waiter.wait_connected(n, 5s));
+  const Result held = holder.acquire("job");
+  ASSERT_TRUE(held.ok()) << format_result(held);
+
+  auto waiting = acquire_later(waiter, "job", wait_for(8s));
+  std::this_thread::sleep_for(500ms);  // failed, subscribed, asleep (the key lives 30 s)
+  ASSERT_EQ(waiting.wait_for(0s), std::future_status::timeout) << "granted while held";
+  const auto released_at = Steady::now();  // the release call: its reply may come after the grant
+  const Result released = holder.release(*held.lock);
+  ASSERT_EQ(released.outcome, Outcome::released) << format_result(released);
+  ASSERT_EQ(waiting.wait_for(2s), std::future_status::ready) << "the waiter did not hear the release";
+  const auto granted_at = Steady::now();
+  const Result granted = waiting.get();
+  ASSERT_TRUE(granted.ok()) << format_result(granted);
+  std::printf("[ wait    ] N=%zu release -> grant %.2f ms (after %d attempts)\n", n, ms_since(released_at, granted_at),
+              granted.attempts);
+  EXPECT_TRUE(waiter.release(*granted.lock));
+}
+
+INSTANTIATE_TEST_SUITE_P(Masters, WaitTest, ::testing::Values(1u, 3u, 5u),
+                         [](const auto& param_info) { return "N" + std::to_string(param_info.param); });
+
+// Several waiters in one Client share its subscriber: each release wakes them all, exactly
+// one wins each time, and the others go on waiting (and win one after another).
+TEST(WaitTest, SeveralWaitersOfOneClientWakeAndExactlyOneWins) {
+  constexpr int kWaiters = 4;
+  RedisServerGroup masters(3);
+  auto holder_options = options_for(masters);
+  holder_options.ttl = 30s;
+  Client holder(holder_options);
+  auto options = waiter_options(masters.uris());
+  options.ttl = 30s;
+  Client waiter(options);
+  ASSERT_TRUE(holder.wait_connected(3, 5s));
+  ASSERT_TRUE(waiter.wait_connected(3, 5s));
+  const Result held = holder.acquire("job");
+  ASSERT_TRUE(held.ok()) << format_result(held);
+
+  std::mutex mutex;
+  std::vector<Result> granted;  // guarded by mutex
+  std::vector<Steady::time_point> granted_at;  // guarded by mutex
+  std::atomic<int> done{0};
+  for (int i = 0; i < kWaiters; ++i) {
+    waiter.acquire_async("job", [&](Result result) {
+      const std::lock_guard<std::mutex> hold(mutex);
+      granted_at.push_back(Steady::now());
+      granted.push_back(std::move(result));
+      done.fetch_add(1);
+    }, wait_for(10s));
+  }
+  std::this_thread::sleep_for(500ms);
+  ASSERT_EQ(done.load(), 0);
+  auto released_at = Steady::now();
+  ASSERT_TRUE(holder.release(*held.lock));
+  for (int round = 1; round <= kWaiters; ++round) {
+    ASSERT_TRUE(eventually([&] { return done.load() >= round; }, 2s)) << "round " << round;
+    std::this_thread::sleep_for(200ms);  // the others had time to be (wrongly) granted too
+    Lock next;
+    {
+      const std::lock_guard<std::mutex> hold(mutex);
+      ASSERT_EQ(granted.size(), static_cast<std::size_t>(round)) << "two waiters won one release";
+      ASSERT_TRUE(granted.back().ok()) << format_result(granted.back());
+      next = *granted.back().lock;
+      std::printf("[ wait    ] waiter %d of one Client: release -> grant %.2f ms (attempts %d)\n", round,
+                  ms_since(released_at, granted_at.back()), granted.back().attempts);
+    }
+    // A quorum: woken together, two waiters may split the masters (the loser's background
+    // release then frees its share, which the winner did not get).
+    EXPECT_GE(holding(masters, next.key, next.token), 2u);
+    released_at = Steady::now();
+    ASSERT_TRUE(waiter.release(next));
+  }
+}
+
+// A holder that never releases (it crashed, or simply forgot): the waiter learns the key's
+// PTTL from its retries and is granted once a quorum of the keys expired, long before a
+// 10 s poll would have tried again.
+TEST(WaitTest, ACrashedHoldersExpiryIsWaitedForNotPolled) {
+  RedisServerGroup masters(3);
+  auto holder_options = options_for(masters);
+  holder_options.ttl = 500ms;
+  Client waiter(waiter_options(masters.uris()));
+  ASSERT_TRUE(waiter.wait_connected(3, 5s));
+  Steady::time_point expires_at;
+  {
+    Client holder(holder_options);
+    ASSERT_TRUE(holder.wait_connected(3, 5s));
+    const Result held = holder.acquire("job");
+    ASSERT_TRUE(held.ok()) << format_result(held);
+    expires_at = Steady::now() + 500ms;  // at the latest; the holder goes away without releasing
+  }
+  const Result granted = waiter.acquire("job", wait_for(4s));
+  const auto granted_at = Steady::now();
+  ASSERT_TRUE(granted.ok()) << format_result(granted);
+  std::printf("[ wait    ] holder's expiry -> grant %.2f ms (attempts %d)\n", ms_since(expires_at, granted_at),
+              granted.attempts);
+  EXPECT_LT(ms_since(expires_at, granted_at), 3000.0) << "polled instead of waiting for the expiry";
+  EXPECT_TRUE(waiter.release(*granted.lock));
+}
+
+// The same with a holder process that dies (SIGKILL) holding the lock.
+TEST(WaitTest, AKilledHolderProcessesExpiryIsWaitedFor) {
+  RedisServerGroup masters(3);
+  const std::vector<std::string> uris = masters.uris();
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto options = options_for(uris);
+    options.ttl = 700ms;
+    Client holder(options);
+    holder.wait_connected(3, 5s);
+    const Result held = holder.acquire("job");
+    const char byte = held.ok() ? 1 : 0;
+    (void)!write(ready[1], &byte, 1);
+    for (;;) pause();  // killed holding the lock
+  }
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  const auto acquired_at = Steady::now();
+  ::kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+  ASSERT_EQ(byte, 1) << "the child did not get the lock";
+  Client waiter(waiter_options(uris));
+  const Result granted = waiter.acquire("job", wait_for(4s));
+  ASSERT_TRUE(granted.ok()) << format_result(granted);
+  std::printf("[ wait    ] killed holder: its acquire -> our grant %.2f ms (ttl 700 ms, attempts %d)\n",
+              ms_since(acquired_at), granted.attempts);
+  EXPECT_TRUE(waiter.release(*granted.lock));
+}
+
+// The subscribe race: the holder releases after the waiter's attempt failed and before its
+// SUBSCRIBE reached the master (a proxy holds the SUBSCRIBE back), so the announcement
+// reaches nobody. The confirmed subscription makes the waiter try once more.
+TEST(WaitTest, AReleaseBeforeTheSubscriptionIsConfirmedIsNotMissed) {
+  RedisServer master;
+  std::atomic<bool> subscribe_seen{false};
+  std::atomic<bool> released{false};
+  TcpProxy proxy(master.port(), [&](std::string_view chunk) {
+    if (chunk.find("*2\r\n$9\r\nSUBSCRIBE\r\n") == std::string_view::npos) return;
+    subscribe_seen = true;
+    // Held back until the release is done (bounded, so a broken test does not hang).
+    for (int i = 0; i < 400 && !released; ++i) std::this_thread::sleep_for(5ms);
+    std::this_thread::sleep_for(20ms);
+  });
+  Client waiter(waiter_options({proxy.uri()}));
+  ASSERT_TRUE(waiter.wait_connected(1, 5s));
+  ASSERT_EQ(master.command({"SET", "redlock:job", "other-owner", "PX", "60000"}).str, "OK");
+  auto waiting = acquire_later(waiter, "job", wait_for(4s));
+  ASSERT_TRUE(eventually([&] { return subscribe_seen.load(); }, 3s)) << "the waiter never subscribed";
+  // What the holder's release does: delete, announce (to nobody yet).
+  EXPECT_EQ(master.command({"DEL", "redlock:job"}).integer, 1);
+  EXPECT_EQ(master.command({"PUBLISH", "redlock-released:redlock:job", "released"}).integer, 0);
+  const auto released_at = Steady::now();
+  released = true;
+  ASSERT_EQ(waiting.wait_for(2s), std::future_status::ready) << "the release before the subscription was missed";
+  const Result granted = waiting.get();
+  ASSERT_TRUE(granted.ok()) << format_result(granted);
+  std::printf("[ wait    ] release before SUBSCRIBE: release -> grant %.2f ms\n", ms_since(released_at));
+  EXPECT_TRUE(waiter.release(*granted.lock));
+}
+
+// ACL users without channel rights: the release still deletes and answers (PUBLISH is
+// pcall'ed), the Client warns once per master, and waiters poll (retry_delay).
+constexpr const char* kUser = "locker";
+constexpr const char* kPassword = "pw-Wt83z-s3cret";
+
+std::vector<std::string> acl(bool channels) {
+  return {"ACL", "SETUSER", kUser, "reset", "on", std::string(">") + kPassword, "~redlock:*", "~redlock-fence-counter",
+          "resetchannels", channels ? "&redlock-released:*" : "resetchannels", "-@all", "+set", "+get", "+del",
+          "+pexpire", "+pttl", "+incr", "+eval", "+evalsha", "+script|load", "+info", "+config|get", "+publish",
+          "+subscribe", "+unsubscribe"};
+}
+
+std::vector<std::string> as_user(const RedisServerGroup& group) {
+  std::vector<std::string> out;
+  for (const auto& uri : group.uris()) {
+    out.push_back("redis://" + std::string(kUser) + ":" + kPassword + "@" + uri.substr(std::string("redis://").size()));
+  }
+  return out;
+}
+
+struct Warnings {
+  std::mutex mutex;
+  std::vector<std::string> seen;
+  std::size_t count_with(const std::string& text) {
+    const std::lock_guard<std::mutex> hold(mutex);
+    std::size_t count = 0;
+    for (const auto& warning : seen) count += warning.find(text) != std::string::npos ? 1u : 0u;
+    return count;
+  }
+};
+
+TEST(WaitTest, WithoutChannelPermissionsWaitersPoll) {
+  RedisServerGroup masters(3);
+  for (std::size_t i = 0; i < 3; ++i) ASSERT_EQ(masters[i].command(acl(false)).type, Reply::Type::status);
+  Warnings warnings;
+  auto options = options_for(as_user(masters));
+  options.on_warning = [&warnings](const std::string& warning) {
+    const std::lock_guard<std::mutex> hold(warnings.mutex);
+    warnings.seen.push_back(warning);
+  };
+  options.retry_delay = 100ms;
+  options.retry_jitter = 20ms;
+  options.ttl = 30s;
+  Client holder(options);
+  Client waiter(options);
+  ASSERT_TRUE(holder.wait_connected(3, 5s));
+  ASSERT_TRUE(waiter.wait_connected(3, 5s));
+  const Result held = holder.acquire("job");
+  ASSERT_TRUE(held.ok()) << format_result(held);
+  EXPECT_EQ(held.count(MasterStatus::not_permitted), 0u) << format_result(held);
+  auto waiting = acquire_later(waiter, "job", wait_for(5s));
+  std::this_thread::sleep_for(300ms);
+  const auto released_at = Steady::now();
+  const Result released = holder.release(*held.lock);
+  // The release deletes and answers as before where PUBLISH is refused (pcall).
+  EXPECT_EQ(released.outcome, Outcome::released) << format_result(released);
+  EXPECT_EQ(released.count(MasterStatus::server_error), 0u) << format_result(released);
+  const Result granted = waiting.get();
+  ASSERT_TRUE(granted.ok()) << format_result(granted);
+  std::printf("[ wait    ] polling fallback (retry_delay 100 ms): release -> grant %.2f ms\n", ms_since(released_at));
+  EXPECT_TRUE(waiter.release(*granted.lock));
+  EXPECT_EQ(warnings.count_with("may not publish or subscribe"), 6u) << "once per master and Client";
+}
+
+// One master of three without channel rights: the other two are every quorum's share, so
+// the waiter still hears the release (no 10 s poll).
+TEST(WaitTest, OneMasterWithoutChannelsStillLetsTheWaiterHear) {
+  RedisServerGroup masters(3);
+  ASSERT_EQ(masters[0].command(acl(false)).type, Reply::Type::status);
+  for (std::size_t i = 1; i < 3; ++i) ASSERT_EQ(masters[i].command(acl(true)).type, Reply::Type::status);
+  auto options = waiter_options(as_user(masters));
+  options.on_warning = [](const std::string&) {};
+  options.ttl = 30s;
+  Client holder(options);
+  Client waiter(options);
+  ASSERT_TRUE(holder.wait_connected(3, 5s));
+  ASSERT_TRUE(waiter.wait_connected(3, 5s));
+  const Result held = holder.acquire("job");
+  ASSERT_TRUE(held.ok()) << format_result(held);
+  auto waiting = acquire_later(waiter, "job", wait_for(8s));
+  std::this_thread::sleep_for(500ms);
+  const auto released_at = Steady::now();
+  ASSERT_TRUE(holder.release(*held.lock));
+  ASSERT_EQ(waiting.wait_for(2s), std::future_status::ready) << "the waiter did not hear the release";
+  const Result granted = waiting.get();
+  ASSERT_TRUE(granted.ok()) << format_result(granted);
+  std::printf("[ wait    ] one master without channels: release -> grant %.2f ms\n", ms_since(released_at));
+  EXPECT_TRUE(waiter.release(*granted.lock));
+}
+
+// release_notifications = false: polling only, as before (the waiter gives up when its next
+// poll lies past its wait).
+TEST(WaitTest, NotificationsOffMeansPolling) {
+  RedisServerGroup masters(3);
+  auto holder_options = options_for(masters);
+  holder_options.ttl = 30s;
+  Client holder(holder_options);
+  auto options = waiter_options(masters.uris());
+  options.release_notifications = false;
+  Client waiter(options);
+  ASSERT_TRUE(holder.wait_connected(3, 5s));
+  ASSERT_TRUE(waiter.wait_connected(3, 5s));
+  const Result held = holder.acquire("job");
+  ASSERT_TRUE(held.ok()) << format_result(held);
+  const Result waited = waiter.acquire("job", wait_for(2s));
+  EXPECT_EQ(waited.outcome, Outcome::taken) << format_result(waited);
+  EXPECT_EQ(waited.attempts, 1) << format_result(waited);
+  EXPECT_TRUE(holder.release(*held.lock));
+}
+
+// Fairness: one Client releasing and re-acquiring in a loop, the next acquire sent from the
+// release's callback (so it reaches the masters before any waiter elsewhere could react).
+// With yield_to_waiters its re-acquire waits after a release that others heard, and another
+// Client's waiter gets in; without it (yield 0) the waiter starves.
+void release_and_reacquire_loop(Milliseconds yield, bool expect_waiter_in) {
+  RedisServerGroup masters(3);
+  auto loop_options = options_for(masters);
+  loop_options.yield_to_waiters = yield;
+  loop_options.ttl = 30s;
+  Client looper(loop_options);
+  Client waiter(waiter_options(masters.uris()));
+  ASSERT_TRUE(looper.wait_connected(3, 5s));
+  ASSERT_TRUE(waiter.wait_connected(3, 5s));
+  std::atomic<bool> stop{false};
+  std::atomic<bool> ended{false};
+  std::atomic<int> loops{0};
+  AcquireOptions forever;
+  forever.retry_count = -1;
+  forever.wait = 10s;
+  std::function<void()> next = [&] {
+    looper.acquire_async("job", [&](Result held) {
+      if (stop) {
+        if (held) looper.release_async(*held.lock, [&](Result) { ended = true; });
+        else ended = true;
+        return;
+      }
+      if (!held) {
+        next();
+        return;
+      }
+      looper.release_async(*held.lock, [&](Result) {
+        loops.fetch_add(1);
+        next();
+      });
+    }, forever);
+  };
+  next();
+  ASSERT_TRUE(eventually([&] { return loops.load() >= 3; }, 5s));
+  const auto asked_at = Steady::now();
+  const Result granted = waiter.acquire("job", wait_for(2s));
+  const double waited = ms_since(asked_at);
+  const int loops_meanwhile = loops.load();
+  stop = true;
+  if (granted) waiter.release(*granted.lock);
+  ASSERT_TRUE(eventually([&] { return ended.load(); }, 15s));
+  std::printf("[ wait    ] yield_to_waiters %lld ms: another Client's waiter %s after %.2f ms (looper: %d loops)\n",
+              static_cast<long long>(yield.count()), granted ? "got in" : "gave up", waited, loops_meanwhile);
+  if (expect_waiter_in) {
+    EXPECT_TRUE(granted.ok()) << "a release-and-reacquire loop starved the waiter: " << format_result(granted);
+  }
+}
+
+TEST(WaitTest, YieldToWaitersLetsAnotherClientIn) { release_and_reacquire_loop(100ms, true); }
+
+// Without fairness nothing is promised: the figure is printed, not asserted.
+TEST(WaitTest, WithoutYieldTheLoopMayStarveAWaiter) { release_and_reacquire_loop(0ms, false); }
+
+// A hostile master in front of a real one: it forwards everything until a connection has
+// subscribed and been acknowledged, then floods that connection with pushed messages (for
+// the waited key and for others) instead of forwarding. Blocking sockets, two threads per
+// connection; the flood stops when the proxy is destroyed.
+class FloodingProxy {
+ public:
+  explicit FloodingProxy(std::uint16_t upstream_port) : upstream_port_(upstream_port) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address = loopback(0);
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener_, 16) != 0) {
+      throw std::runtime_error("flooding proxy: bind/listen failed");
+    }
+    socklen_t size = sizeof(address);
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &size);
+    port_ = ntohs(address.sin_port);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~FloodingProxy() {
+    stop_ = true;
+    ::shutdown(listener_, SHUT_RDWR);
+    acceptor_.join();
+    {
+      const std::lock_guard<std::mutex> hold(mutex_);
+      for (const int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    }
+    for (auto& thread : pumps_) thread.join();
+    for (const int fd : fds_) ::close(fd);
+    ::close(listener_);
+  }
+  std::string uri() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  std::uint64_t flooded_bytes() const { return flooded_.load(); }
+
+ private:
+  struct Peer {
+    std::atomic<bool> subscribed{false};
+  };
+  static sockaddr_in loopback(std::uint16_t port) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    return address;
+  }
+  void accept_loop() {
+    while (!stop_) {
+      const int client = ::accept(listener_, nullptr, nullptr);
+      if (client < 0) return;
+      const int server = ::socket(AF_INET, SOCK_STREAM, 0);
+      const sockaddr_in upstream = loopback(upstream_port_);
+      if (::connect(server, reinterpret_cast<const sockaddr*>(&upstream), sizeof(upstream)) != 0) {
+        ::close(client);
+        ::close(server);
+        continue;
+      }
+      auto peer = std::make_shared<Peer>();
+      const std::lock_guard<std::mutex> hold(mutex_);
+      fds_.push_back(client);
+      fds_.push_back(server);
+      pumps_.emplace_back([this, client, server, peer] { requests(client, server, *peer); });
+      pumps_.emplace_back([this, client, server, peer] { replies(server, client, *peer); });
+    }
+  }
+  void requests(int from, int to, Peer& peer) {
+    char buffer[64 * 1024];
+    for (;;) {
+      const ssize_t got = ::read(from, buffer, sizeof(buffer));
+      if (got <= 0) break;
+      const std::string_view chunk(buffer, static_cast<std::size_t>(got));
+      if (chunk.find("SUBSCRIBE") != std::string_view::npos) peer.subscribed = true;
+      if (!send_all(to, chunk)) break;
+    }
+    ::shutdown(to, SHUT_WR);
+  }
+  void replies(int from, int to, Peer& peer) {
+    char buffer[64 * 1024];
+    for (;;) {
+      const ssize_t got = ::read(from, buffer, sizeof(buffer));
+      if (got <= 0) return;
+      const std::string_view chunk(buffer, static_cast<std::size_t>(got));
+      if (!send_all(to, chunk)) return;
+      if (peer.subscribed && chunk.find("subscribe") != std::string_view::npos) break;
+    }
+    // Acknowledged: from now on this connection hears only the flood.
+    std::string flood;
+    for (int i = 0; i < 512; ++i) {
+      const std::string channel = i % 2 == 0 ? "redlock-released:redlock:job" : "redlock-released:redlock:other" + std::to_string(i);
+      flood += "*3\r\n$7\r\nmessage\r\n$" + std::to_string(channel.size()) + "\r\n" + channel + "\r\n$8\r\nreleased\r\n";
+    }
+    while (!stop_ && send_all(to, flood)) flooded_.fetch_add(flood.size());
+  }
+  static bool send_all(int fd, std::string_view bytes) {
+    for (std::size_t sent = 0; sent < bytes.size();) {
+      const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      sent += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
+  const std::uint16_t upstream_port_;
+  int listener_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> flooded_{0};
+  std::thread acceptor_;
+  std::mutex mutex_;
+  std::vector<int> fds_;            // guarded by mutex_
+  std::vector<std::thread> pumps_;  // guarded by mutex_ (joined after the acceptor has ended)
+};
+
+// One master of three floods the waiter's subscriber connection with announcements: the
+// Client's memory stays bounded (each pushed reply is freed as it is read), and the waiter,
+// woken over and over, still gets the lock once the real holder releases.
+TEST(WaitTest, AMasterFloodingAnnouncementsCostsBoundedMemory) {
+  RedisServerGroup masters(3);
+  FloodingProxy hostile(masters[0].port());
+  std::vector<std::string> uris = masters.uris();
+  uris[0] = hostile.uri();
+  auto holder_options = options_for(masters);
+  holder_options.ttl = 30s;
+  Client holder(holder_options);
+  Client waiter(waiter_options(uris));
+  ASSERT_TRUE(holder.wait_connected(3, 5s));
+  ASSERT_TRUE(waiter.wait_connected(3, 5s));
+  const Result held = holder.acquire("job");
+  ASSERT_TRUE(held.ok()) << format_result(held);
+  const bool peak_reset = support::reset_hwm();
+  const long rss_before = support::rss_kib();
+  auto waiting = acquire_later(waiter, "job", wait_for(10s));
+  std::this_thread::sleep_for(2s);  // time for the flood; not a measurement
+  ASSERT_EQ(waiting.wait_for(0s), std::future_status::timeout) << "granted while held";
+  const long peak = peak_reset ? support::hwm_kib() : support::rss_kib();
+  const auto released_at = Steady::now();
+  ASSERT_TRUE(holder.release(*held.lock));
+  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready);
+  const Result granted = waiting.get();
+  ASSERT_TRUE(granted.ok()) << format_result(granted);
+  std::printf("[ wait    ] flooded subscriber (%.1f MB of announcements in 2 s): RSS %ld KiB before, %s %ld KiB "
+              "(+%ld KiB); %d attempts; release -> grant %.2f ms\n",
+              static_cast<double>(hostile.flooded_bytes()) / 1e6, rss_before, peak_reset ? "peak" : "now", peak,
+              peak - rss_before, granted.attempts, ms_since(released_at));
+  EXPECT_GT(hostile.flooded_bytes(), 1u << 20) << "the flood did not happen";
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan keeps freed memory in its quarantine (256 MB by default): RSS then tracks what was
+  // allocated and freed, not what is held. The figure is printed; the bound is checked in the
+  // other builds.
+#else
+  EXPECT_LT(peak - rss_before, 32 * 1024);
+#endif
+  EXPECT_TRUE(waiter.release(*granted.lock));
+}
+
+TEST(WaitTest, NegativeYieldIsAConfigErrorNamingTheValue) {
+  ClientOptions options;
+  options.masters = {"redis://127.0.0.1:1"};
+  options.yield_to_waiters = Milliseconds(-5);
+  try {
+    Client client(options);
+    FAIL() << "accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("yield_to_waiters"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("-5 ms"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace redlock::testing
