@@ -139,27 +139,49 @@ TEST(FencingRestarts, WithoutCatchUpTheSameRestartsSendTokensBackwards) {
 
 // docs/fencing.md, assumption A3: a round-2 raise counts as acknowledged only if it executed
 // within one command deadline of being sent. Here every raise reaches its master 80 ms late
-// (50 ms deadline) while the Client's loop is stalled for 200 ms, so by the time the loop
-// reads the replies they are all in its sockets. Read late, they must not count: the
+// (50 ms deadline) while the Client's loop is stalled until every raise's reply is in its
+// sockets (the proxies report each forwarded reply). Read late, they must not count: the
 // acquire fails instead of handing out a token the proof does not cover.
 TEST(FencingRounds, ARaiseAcknowledgedAfterTheDeadlineIsNotCounted) {
   RedisServerGroup masters(3);
   const std::string raise_sha = detail::Script(detail::kFenceRaiseScript).sha1;
+  constexpr int kMasters = 3;
+  std::atomic<bool> armed{false};
+  std::atomic<bool> stalled{false};
+  std::atomic<int> raises_forwarded{0};
+  std::atomic<int> raises_answered{0};
   uv_loop_t loop;
   ASSERT_EQ(uv_loop_init(&loop), 0);
   uv_async_t stall;
-  uv_async_init(&loop, &stall, [](uv_async_t*) { std::this_thread::sleep_for(200ms); });
-  std::atomic<bool> armed{false};
-  std::atomic<bool> stalled{false};
-  const auto on_request = [&](std::string_view chunk) {
-    if (!armed.load() || chunk.find(raise_sha) == std::string_view::npos) return;
-    if (!stalled.exchange(true)) uv_async_send(&stall);
-    std::this_thread::sleep_for(80ms);
+  stall.data = &raises_answered;
+  // The stall lasts until every raise was answered (bounded: a proxy that never answers ends
+  // it after 5 s, and the rows then say so). A fixed sleep raced the proxies' threads under
+  // load: a reply still on its way when the loop woke up timed out instead of being read late.
+  uv_async_init(&loop, &stall, [](uv_async_t* handle) {
+    const auto& answered = *static_cast<std::atomic<int>*>(handle->data);
+    const auto give_up = std::chrono::steady_clock::now() + 5s;
+    while (answered.load() < kMasters && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+  });
+  std::vector<std::unique_ptr<std::atomic<bool>>> raise_sent;  // per proxy: its raise went on
+  for (int i = 0; i < kMasters; ++i) raise_sent.push_back(std::make_unique<std::atomic<bool>>(false));
+  const auto on_request_of = [&](std::size_t proxy) {
+    return [&, proxy](std::string_view chunk) {
+      if (!armed.load() || chunk.find(raise_sha) == std::string_view::npos) return;
+      if (!stalled.exchange(true)) uv_async_send(&stall);
+      std::this_thread::sleep_for(80ms);
+      raise_sent[proxy]->store(true);
+      ++raises_forwarded;
+    };
+  };
+  const auto on_reply_of = [&](std::size_t proxy) {
+    return [&, proxy] {
+      if (raise_sent[proxy]->exchange(false)) ++raises_answered;
+    };
   };
   std::vector<std::unique_ptr<TcpProxy>> proxies;
   std::vector<std::string> uris;
   for (std::size_t i = 0; i < masters.size(); ++i) {
-    proxies.push_back(std::make_unique<TcpProxy>(masters[i].port(), on_request));
+    proxies.push_back(std::make_unique<TcpProxy>(masters[i].port(), on_request_of(i), on_reply_of(i)));
     uris.push_back(proxies.back()->uri());
   }
   auto options = options_for(uris);
@@ -190,6 +212,7 @@ TEST(FencingRounds, ARaiseAcknowledgedAfterTheDeadlineIsNotCounted) {
     const Result late = acquire("late-raise");
     armed = false;
     EXPECT_TRUE(stalled.load()) << "the raise never passed the proxy";
+    EXPECT_EQ(raises_forwarded.load(), kMasters);
     EXPECT_NE(late.outcome, Outcome::acquired) << format_result(late);
     EXPECT_FALSE(late.lock.has_value());
     std::size_t late_rows = 0;

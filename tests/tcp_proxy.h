@@ -27,9 +27,12 @@ class TcpProxy {
   // Runs on a proxy thread with each chunk the client sent, before it is forwarded; it may
   // sleep to delay that chunk (and everything behind it on that connection).
   using OnRequest = std::function<void(std::string_view chunk)>;
+  // Runs on a proxy thread after a chunk of the server's replies was handed to the client's
+  // socket (on loopback: it is in the client's receive queue when this runs).
+  using OnReplyForwarded = std::function<void()>;
 
-  TcpProxy(std::uint16_t upstream_port, OnRequest on_request)
-      : upstream_port_(upstream_port), on_request_(std::move(on_request)) {
+  TcpProxy(std::uint16_t upstream_port, OnRequest on_request, OnReplyForwarded on_reply_forwarded = {})
+      : upstream_port_(upstream_port), on_request_(std::move(on_request)), on_reply_forwarded_(std::move(on_reply_forwarded)) {
     listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address = loopback(0);
     if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener_, 16) != 0) {
@@ -105,12 +108,14 @@ class TcpProxy {
         if (n <= 0) return;
         sent += n;
       }
+      if (!is_request && on_reply_forwarded_) on_reply_forwarded_();
     }
     ::shutdown(to, SHUT_WR);
   }
 
   const std::uint16_t upstream_port_;
   const OnRequest on_request_;
+  const OnReplyForwarded on_reply_forwarded_;
   int listener_ = -1;
   std::uint16_t port_ = 0;
   int stop_[2] = {-1, -1};
