@@ -218,6 +218,7 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
       args.fence = op->acquire().fenced->fence;
       break;
     case RoundKind::extend:
+      args.resend_before_ns = op->extend().resend_before_ns;
       // Only a state whose epochs this Client's restart guard recorded (not the fresh one of an
       // adopted or other Client's Lock, which records none).
       if (const auto& state = LockAccess::state(op->extend().lock); state && state->votes > 0) extended = state;
@@ -540,6 +541,21 @@ std::uint64_t ClientImpl::quorum_free_at(const Round& round, const std::vector<M
 }
 
 void ClientImpl::on_release_announced(const std::string& key) {
+  // Coalesced: however many announcements of a key one pass of the loop reads (a flood from a
+  // master or from any client allowed to PUBLISH), its waiters are looked at once, after the
+  // reads. Per message that is a few hash lookups, never one per waiter: the loop stays free
+  // to run its timers (a lease's loss signal among them).
+  if (!waiting_.contains(key) || !announced_.insert(key).second) return;
+  if (announced_.size() == 1) loop_->after_io([this] { wake_announced(); });
+}
+
+void ClientImpl::wake_announced() {
+  std::unordered_set<std::string> keys;
+  keys.swap(announced_);
+  for (const std::string& key : keys) wake_waiters(key);
+}
+
+void ClientImpl::wake_waiters(const std::string& key) {
   const auto it = waiting_.find(key);
   if (it == waiting_.end()) return;
   const std::uint64_t now = now_ns();

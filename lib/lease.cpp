@@ -203,8 +203,9 @@ void LeaseCore::renew() {
     return;
   }
   in_flight_ = true;
+  const std::uint64_t loss_moment = loop_time_of(*client, lock.deadline - settings_.margin);
   client->extend_now(std::move(lock), [self = shared_from_this()](Result result) { self->renewed(std::move(result)); },
-                     settings_.ttl);
+                     settings_.ttl, loss_moment);
 }
 
 void LeaseCore::renewed(Result result) {
@@ -248,18 +249,44 @@ void LeaseCore::renewed(Result result) {
   });
 }
 
+bool LeaseCore::declare_loss(LossReason reason, Lock& lock, ClientImpl*& client, bool only_if_overdue) {
+  const std::lock_guard guard(mutex_);
+  if (loss_ || stopped_.load(std::memory_order_acquire) || client_ == nullptr) return false;
+  // Checked under the mutex, with the deadline of the last grant (a renewal the loop just
+  // read moves it; declared against the old one, the loss would be needless).
+  if (only_if_overdue && client_->clock().now() < lock_.deadline - settings_.margin) return false;
+  loss_ = reason;
+  lost_.store(true, std::memory_order_release);
+  lock = lock_;
+  client = client_;
+  return true;
+}
+
+bool LeaseCore::lost() noexcept {
+  if (lost_.load(std::memory_order_acquire)) return true;
+  if (stopped_.load(std::memory_order_acquire)) return false;
+  try {
+    Lock lock;
+    ClientImpl* client = nullptr;
+    // Declared here, announced by the loop (stop callbacks and on_lost run there). If the
+    // Client is closing, the post is refused and client_gone() requests stop instead.
+    if (declare_loss(LossReason::deadline, lock, client, true)) {
+      (void)client->loop().post([self = shared_from_this(), lock] { self->announce_loss(LossReason::deadline, lock); });
+    }
+  } catch (...) {
+    // A clock or a post that threw: the flag below still says what was declared.
+  }
+  return lost_.load(std::memory_order_acquire);
+}
+
 void LeaseCore::signal_loss(LossReason reason) {
   Lock lock;
   ClientImpl* client = nullptr;
-  {
-    const std::lock_guard guard(mutex_);
-    if (loss_ || stopped_.load(std::memory_order_acquire) || client_ == nullptr) return;
-    loss_ = reason;
-    lost_.store(true, std::memory_order_release);
-    lock = lock_;
-    client = client_;
-  }
-  cancel_timers(client->loop());
+  if (declare_loss(reason, lock, client, false)) announce_loss(reason, lock);
+}
+
+void LeaseCore::announce_loss(LossReason reason, const Lock& lock) {
+  if (ClientImpl* const client = this->client()) cancel_timers(client->loop());
   stop_.request_stop();
   if (settings_.on_lost) {
     try {
@@ -371,7 +398,7 @@ Lease& Lease::operator=(Lease&& other) noexcept {
   return *this;
 }
 
-Lease::operator bool() const noexcept { return core_ && core_->active(); }
+Lease::operator bool() const noexcept { return core_ && core_->active() && !core_->lost(); }
 bool Lease::lost() const noexcept { return core_ && core_->lost(); }
 std::optional<LossReason> Lease::loss() const { return core_ ? core_->loss() : std::nullopt; }
 std::stop_token Lease::stop_token() const noexcept { return core_ ? core_->stop_token() : std::stop_token{}; }

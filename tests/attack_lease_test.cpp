@@ -5,6 +5,7 @@
 #include "redlock/lease.h"
 
 #include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
 
 #include <atomic>
 #include <chrono>
@@ -13,11 +14,16 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
+#include "detail/lock_commands.h"
 #include "redlock/clock.h"
 #include "redlock/errors.h"
 #include "redlock/mutex.h"
+#include "support/hiredis_handle.h"
+#include "tcp_proxy.h"
 #include "test_util.h"
 
 namespace redlock::testing {
@@ -246,6 +252,179 @@ TEST(AttackLeaseTest, ALateRenewalReplyDoesNotReviveALostLease) {
   EXPECT_FALSE(lease);
   EXPECT_EQ(loss.calls.load(), 1);
   EXPECT_LT(signalled_at, held.lock->deadline) << "loss came after the deadline";
+}
+
+// FAILED before lost() read the clock: the Client's loop held up (a callback that blocks; a
+// flood of input to read does the same) from before the loss moment until past the deadline.
+// The loss timer cannot run, so lost() and operator bool kept saying "held" past the
+// deadline to a holder asking from its own thread. Now lost() turns true at deadline - margin
+// whatever the loop is doing; the loop announces the loss (stop_token, on_lost) when it can.
+TEST(AttackLeaseTest, ALoopHeldUpPastTheDeadlineDoesNotKeepLostFalse) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.command_timeout = 100ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  AcquireOptions ttl;
+  ttl.ttl = 2000ms;
+  const Result held = client.acquire("held-up-loop", ttl);
+  ASSERT_TRUE(held) << format_result(held);
+  Loss loss;
+  LeaseOptions lease_options;
+  lease_options.renew_fraction = 0.9;  // no renewal before the loop is held up
+  lease_options.loss_margin = 150ms;
+  lease_options.on_lost = loss.callback();
+  Lease lease = client.keep(*held.lock, lease_options);
+  const auto deadline = lease.deadline();
+  std::atomic<bool> release_loop{false};
+  // Held from now (about 1.8 s before the deadline) until 300 ms past it.
+  client.acquire_async("blocker", [&](Result) {
+    const auto until = deadline + 300ms;
+    while (!release_loop.load() && steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  });
+  std::optional<steady_clock::time_point> seen_lost;
+  while (steady_clock::now() < deadline + 200ms) {
+    if (lease.lost()) {
+      seen_lost = steady_clock::now();
+      break;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(seen_lost) << "lost() still false 200 ms past the deadline";
+  EXPECT_LT(*seen_lost, deadline) << "lost() turned true only " << duration_cast<std::chrono::milliseconds>(*seen_lost - deadline).count()
+                                  << " ms past the deadline";
+  EXPECT_GE(*seen_lost, deadline - 150ms - 5ms) << "lost() before the loss moment";
+  EXPECT_FALSE(lease) << "operator bool still true after lost()";
+  EXPECT_EQ(lease.loss(), LossReason::deadline);
+  release_loop = true;
+  // The loop announces it once it runs again: stop requested, on_lost once.
+  ASSERT_TRUE(eventually([&] { return loss.set.load(); }, 3s));
+  EXPECT_TRUE(lease.stop_token().stop_requested());
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(loss.calls.load(), 1);
+}
+
+// FAILED before announcements were coalesced per pass of the loop: every PUBLISH on a key's
+// channel (any client with the locker's ACL may send them, as may a hostile master) made the
+// Client look at every waiter of that key, so a flood times many waiters kept the loop busy
+// for seconds per pass and a lease's loss timer on the same Client ran after its deadline.
+TEST(AttackLeaseTest, APublishFloodOnAKeyWithManyWaitersDoesNotDelayALeasesLossSignal) {
+  RedisServerGroup masters(3);
+  auto holder_options = options_for(masters);
+  holder_options.ttl = 60s;
+  Client holder(holder_options);
+  auto options = options_for(masters);
+  options.command_timeout = 100ms;
+  options.retry_delay = 10s;
+  Client client(options);
+  ASSERT_TRUE(holder.wait_connected(3, 5s));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result other = holder.acquire("flooded");
+  ASSERT_TRUE(other) << format_result(other);
+  const std::string channel = "redlock-released:" + other.lock->key;
+  // The lease, on the Client whose waiters will be flooded.
+  AcquireOptions ttl;
+  ttl.ttl = 3000ms;
+  const Result held = client.acquire("leased", ttl);
+  ASSERT_TRUE(held) << format_result(held);
+  std::atomic<long long> lost_at_ns{0};
+  LeaseOptions lease_options;
+  // Wide enough for a sanitizer build reading the flood (76 ms late in a dev build here);
+  // before the fix the loop did not get to the loss timer at all within 5 s.
+  lease_options.loss_margin = 1000ms;
+  lease_options.on_lost = [&](LossReason, const Lock&) {
+    lost_at_ns = duration_cast<std::chrono::nanoseconds>(steady_clock::now().time_since_epoch()).count();
+  };
+  Lease lease = client.keep(*held.lock, lease_options);
+  // Many waiters of the flooded key on the same Client.
+  constexpr int kWaiters = 2000;
+  AcquireOptions wait;
+  wait.retry_count = -1;
+  wait.wait = 30s;
+  for (int i = 0; i < kWaiters; ++i) client.acquire_async("flooded", [](Result) {}, wait);
+  ASSERT_TRUE(eventually([&] {
+    const Reply numsub = masters[2].command({"PUBSUB", "NUMSUB", channel});
+    return numsub.elements.size() == 2 && numsub.elements[1].integer >= 1;
+  }, 10s));
+  // The flood, on the master that stays up (the others are frozen below).
+  std::atomic<long long> published{0};
+  std::jthread flood([&](const std::stop_token& stop) {
+    support::RedisContextPtr context(redisConnect("127.0.0.1", masters[2].port()));
+    if (!context || context->err) return;
+    while (!stop.stop_requested()) {
+      for (int i = 0; i < 500; ++i) redisAppendCommand(context.get(), "PUBLISH %s x", channel.c_str());
+      for (int i = 0; i < 500; ++i) {
+        void* reply = nullptr;
+        if (redisGetReply(context.get(), &reply) != REDIS_OK) return;
+        freeReplyObject(reply);
+      }
+      published += 500;
+    }
+  });
+  std::this_thread::sleep_for(200ms);  // the flood under way
+  masters[0].freeze();
+  masters[1].freeze();
+  const bool signalled = eventually([&] { return lost_at_ns.load() != 0; }, 8s);
+  masters[0].thaw();
+  masters[1].thaw();
+  flood.request_stop();
+  flood.join();
+  ASSERT_TRUE(signalled) << "no loss signal";
+  const auto lost_at = steady_clock::time_point(std::chrono::nanoseconds(lost_at_ns.load()));
+  const long long before = duration_cast<std::chrono::milliseconds>(lease.deadline() - lost_at).count();
+  std::printf("[figure] %lld PUBLISH to %d waiters: on_lost %lld ms before the deadline (margin 1000 ms)\n",
+              published.load(), kWaiters, before);
+  EXPECT_GT(before, 0) << "on_lost came after the deadline";
+  holder.release(*other.lock);
+}
+
+// FAILED before a renewal's NOSCRIPT re-send was bounded by the lease's loss moment: the
+// script cache flushed (SCRIPT FLUSH, a restart the handshake did not see yet), a renewal
+// sent just before the loss moment whose NOSCRIPT answers are read after it, while its round
+// is still undecided: each was re-sent with EVAL after the holder had been told the lock was
+// lost, and kept the keys a full ttl longer for a holder told to stop. Safe for mutual
+// exclusion (the extend never recreates a key), but "nothing is renewed after the loss" was
+// false. Keys here outlive the deadline by design (drift 200 ms), so a re-send finds them.
+TEST(AttackLeaseTest, ARenewalsNoscriptReadAfterTheLossMomentIsNotResent) {
+  RedisServerGroup masters(3);
+  const std::string extend_sha = detail::Script(detail::kExtendScript).sha1;
+  std::atomic<bool> delaying{false};
+  std::vector<std::unique_ptr<TcpProxy>> proxies;
+  std::vector<std::string> uris;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    proxies.push_back(std::make_unique<TcpProxy>(masters[i].port(), [&](std::string_view chunk) {
+      if (delaying.load() && chunk.find(extend_sha) != std::string_view::npos) std::this_thread::sleep_for(60ms);
+    }));
+    uris.push_back(proxies.back()->uri());
+  }
+  auto options = options_for(uris);
+  options.command_timeout = 250ms;
+  options.drift_factor = 0;
+  options.drift_constant = 200ms;  // deadline = start + 400 ms; the keys live 600 ms
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  AcquireOptions ttl;
+  ttl.ttl = 600ms;
+  const Result held = client.acquire("noscript-renewal", ttl);
+  ASSERT_TRUE(held) << format_result(held);
+  for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"SCRIPT", "FLUSH"});
+  delaying = true;
+  Loss loss;
+  LeaseOptions lease_options;
+  lease_options.renew_fraction = 0.6;  // renewal at start + 360 ms
+  lease_options.loss_margin = 20ms;    // loss at start + 380 ms; the NOSCRIPTs are read at ~420 ms
+  lease_options.on_lost = loss.callback();
+  Lease lease = client.keep(*held.lock, lease_options);
+  ASSERT_TRUE(eventually([&] { return loss.set.load(); }, 3s));
+  EXPECT_EQ(lease.loss(), LossReason::deadline);
+  // Past the keys' own expiry (start + 600 ms, set when each master received the SET).
+  std::this_thread::sleep_until(held.lock->started + 800ms);
+  delaying = false;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    const long long left = pttl(masters[i], held.lock->key);
+    std::printf("[figure] master %zu: PTTL %lld at start + 800 ms (-2: expired at its ttl)\n", i, left);
+    EXPECT_EQ(left, -2) << "master " << i << " was renewed after the loss was signalled";
+  }
 }
 
 }  // namespace

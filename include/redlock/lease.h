@@ -113,6 +113,10 @@ class Lease {
 
   // Started and neither released nor lost (nor its Client destroyed).
   explicit operator bool() const noexcept;
+  // lost() (and operator bool) also read the validity clock: from deadline - loss_margin on
+  // they say "lost" (LossReason::deadline) even while the Client's loop is too busy to run
+  // the loss timer (a blocking callback, a flood of input); the loop requests stop and calls
+  // on_lost when it gets there. The holder that asks never hears "held" past that moment.
   [[nodiscard]] bool lost() const noexcept;
   [[nodiscard]] std::optional<LossReason> loss() const;
   // Stop is requested at loss, at release and when the Client is destroyed. A default

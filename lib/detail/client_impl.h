@@ -16,6 +16,7 @@
 #include <random>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "detail/diagnostics.h"
@@ -53,7 +54,8 @@ class ClientImpl {
   OperationId release_async(Lock lock, Callback done);
   // Loop thread only: the extend begins (and its round is sent) before this returns, with no
   // loop pass in between (a lease checks its deadline and sends in one step).
-  OperationId extend_now(Lock lock, Callback done, std::optional<Milliseconds> ttl);
+  // `resend_before_ns`: RoundArgs::resend_before_ns (a lease's loss moment, loop time).
+  OperationId extend_now(Lock lock, Callback done, std::optional<Milliseconds> ttl, std::uint64_t resend_before_ns);
   // A Lock this Client granted (acquire, or an extend on this Client). Any thread.
   [[nodiscard]] bool granted_here(const Lock& lock) const noexcept;
 
@@ -86,7 +88,9 @@ class ClientImpl {
   // Waiting: when the failed round says a quorum of the holders' keys could have expired (0:
   // unknown); a release announced for `key` (ReleaseWatch); the retry timer; the end.
   [[nodiscard]] std::uint64_t quorum_free_at(const Round& round, const std::vector<MasterResult>& masters) const;
-  void on_release_announced(const std::string& key);
+  void on_release_announced(const std::string& key);  // notes the key; wakes after the reads
+  void wake_announced();
+  void wake_waiters(const std::string& key);
   void arm_retry(const std::shared_ptr<Operation>& op, std::uint64_t at, bool give_up);
   [[nodiscard]] static std::uint64_t retry_deadline(const AcquirePart& acquire) noexcept;
   void stop_waiting(Operation& op);
@@ -131,6 +135,8 @@ class ClientImpl {
   std::minstd_rand jitter_rng_{std::random_device{}()};
   // Acquires waiting for a release of each key (watching it), by key.
   std::unordered_map<std::string, std::vector<OperationId>> waiting_;
+  // Keys announced released during this pass of the loop, their waiters not yet woken.
+  std::unordered_set<std::string> announced_;
   // yield_to_waiters: key -> until when this Client's next acquire of it waits (loop time).
   std::unordered_map<std::string, std::uint64_t> yield_until_;
   bool shutting_down_ = false;

@@ -46,11 +46,16 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
 
   LeaseCore(ClientImpl& client, Lock lock, LeaseSettings settings);
 
-  // Any thread.
+  // Any thread. active(): neither released, stopped nor known lost (the flags the loop acts on).
   [[nodiscard]] bool active() const noexcept {
     return !lost_.load(std::memory_order_acquire) && !stopped_.load(std::memory_order_acquire);
   }
-  [[nodiscard]] bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
+  // Any thread: lost, or the validity clock has reached deadline - margin. The loop may be
+  // late to run the loss timer (a callback that blocks, a flood of input to read), and the
+  // holder must never hear "held" past that moment. The first caller to see the moment pass
+  // declares the loss (LossReason::deadline); the loop then requests stop and calls on_lost
+  // when it gets there. Nothing is renewed after the declaration.
+  [[nodiscard]] bool lost() noexcept;
   [[nodiscard]] std::optional<LossReason> loss() const;
   [[nodiscard]] std::stop_token stop_token() const noexcept { return stop_.get_token(); }
   [[nodiscard]] Lock lock() const;
@@ -69,7 +74,11 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   void arm();                         // timers for the current lock_
   void renew();
   void renewed(Result result);
-  void signal_loss(LossReason reason);
+  void signal_loss(LossReason reason);  // loop thread: declare (unless declared) and announce
+  // Any thread: records the loss once (with `only_if_overdue`, only once the validity clock has
+  // reached deadline - margin); true for the call that recorded it, with the lock and Client.
+  bool declare_loss(LossReason reason, Lock& lock, ClientImpl*& client, bool only_if_overdue);
+  void announce_loss(LossReason reason, const Lock& lock);  // loop thread
   void cancel_timers(EventLoop& loop) noexcept;
   // Loop time (now_ns) of an instant on the Client's validity clock.
   [[nodiscard]] static std::uint64_t loop_time_of(const ClientImpl& client, std::chrono::steady_clock::time_point at);

@@ -55,6 +55,7 @@ struct AcquirePart {
 
 struct ExtendPart {
   Lock lock;  // the lock being extended
+  std::uint64_t resend_before_ns = 0;  // RoundArgs::resend_before_ns (a lease's loss moment)
 };
 
 struct ReleasePart {
