@@ -110,9 +110,14 @@ void print_table(const redlock::FleetStatus& status, bool with_resource) {
     const std::string rtt = m.round_trip ? ms(*m.round_trip) : "-";
     const std::string uptime = m.uptime ? seconds_text(m.uptime->count()) : "-";
     const std::string aof = m.appendonly.empty() ? "?" : m.appendonly + "/" + (m.appendfsync.empty() ? "?" : m.appendfsync);
-    const std::string clock = m.clock_offset ? (m.clock_offset->count() >= 0 ? "+" : "") + ms(*m.clock_offset) +
-                                                   " +-" + ms(m.clock_uncertainty.value_or(microseconds{0}))
-                                             : "-";
+    // Appended, not `"+" + ms(...)`: GCC 12 -O3 warns (-Wrestrict, falsely) on the insert at 0.
+    std::string clock = "-";
+    if (m.clock_offset) {
+      clock = m.clock_offset->count() >= 0 ? "+" : "";
+      clock += ms(*m.clock_offset);
+      clock += " +-";
+      clock += ms(m.clock_uncertainty.value_or(microseconds{0}));
+    }
     std::snprintf(line, sizeof line, "%-24s %-12s %-9s %-8s %-7s %-20s %-16s %-18s %-18s", m.endpoint.c_str(),
                   state.c_str(), rtt.c_str(), m.role.value_or("?").c_str(), uptime.c_str(), guard_text(m).c_str(),
                   aof.c_str(), (m.maxmemory_policy.empty() ? std::string("?") : m.maxmemory_policy).c_str(),
