@@ -5,7 +5,6 @@
 #include "redlock/lease.h"
 
 #include <gtest/gtest.h>
-#include <hiredis/hiredis.h>
 
 #include <atomic>
 #include <chrono>
@@ -22,7 +21,7 @@
 #include "redlock/clock.h"
 #include "redlock/errors.h"
 #include "redlock/mutex.h"
-#include "support/hiredis_handle.h"
+#include "release_channel.h"
 #include "tcp_proxy.h"
 #include "test_util.h"
 
@@ -321,7 +320,6 @@ TEST(AttackLeaseTest, APublishFloodOnAKeyWithManyWaitersDoesNotDelayALeasesLossS
   ASSERT_TRUE(client.wait_connected(3, 5s));
   const Result other = holder.acquire("flooded");
   ASSERT_TRUE(other) << format_result(other);
-  const std::string channel = "redlock-released:" + other.lock->key;
   // The lease, on the Client whose waiters will be flooded.
   AcquireOptions ttl;
   ttl.ttl = 3000ms;
@@ -342,38 +340,21 @@ TEST(AttackLeaseTest, APublishFloodOnAKeyWithManyWaitersDoesNotDelayALeasesLossS
   wait.retry_count = -1;
   wait.wait = 30s;
   for (int i = 0; i < kWaiters; ++i) client.acquire_async("flooded", [](Result) {}, wait);
-  ASSERT_TRUE(eventually([&] {
-    const Reply numsub = masters[2].command({"PUBSUB", "NUMSUB", channel});
-    return numsub.elements.size() == 2 && numsub.elements[1].integer >= 1;
-  }, 10s));
+  ASSERT_TRUE(eventually([&] { return channel_subscribers(masters[2], other.lock->key) >= 1; }, 10s));
   // The flood, on the master that stays up (the others are frozen below).
-  std::atomic<long long> published{0};
-  std::jthread flood([&](const std::stop_token& stop) {
-    support::RedisContextPtr context(redisConnect("127.0.0.1", masters[2].port()));
-    if (!context || context->err) return;
-    while (!stop.stop_requested()) {
-      for (int i = 0; i < 500; ++i) redisAppendCommand(context.get(), "PUBLISH %s x", channel.c_str());
-      for (int i = 0; i < 500; ++i) {
-        void* reply = nullptr;
-        if (redisGetReply(context.get(), &reply) != REDIS_OK) return;
-        freeReplyObject(reply);
-      }
-      published += 500;
-    }
-  });
+  PublishFlood flood(masters[2].port(), other.lock->key, 500, std::chrono::microseconds{0});
   std::this_thread::sleep_for(200ms);  // the flood under way
   masters[0].freeze();
   masters[1].freeze();
   const bool signalled = eventually([&] { return lost_at_ns.load() != 0; }, 8s);
   masters[0].thaw();
   masters[1].thaw();
-  flood.request_stop();
-  flood.join();
+  flood.stop();
   ASSERT_TRUE(signalled) << "no loss signal";
   const auto lost_at = steady_clock::time_point(std::chrono::nanoseconds(lost_at_ns.load()));
   const long long before = duration_cast<std::chrono::milliseconds>(lease.deadline() - lost_at).count();
   std::printf("[figure] %lld PUBLISH to %d waiters: on_lost %lld ms before the deadline (margin 1000 ms)\n",
-              published.load(), kWaiters, before);
+              flood.published(), kWaiters, before);
   EXPECT_GT(before, 0) << "on_lost came after the deadline";
   holder.release(*other.lock);
 }

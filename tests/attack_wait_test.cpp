@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "support/hiredis_handle.h"
+#include "release_channel.h"
 #include "test_util.h"
 
 namespace redlock::testing {
@@ -271,11 +272,7 @@ TEST(AttackWaitTest, ForgedReleaseReceiverCountDoesNotOverflow) {
   wait.retry_count = -1;
   wait.wait = 5s;
   auto waiting = std::async(std::launch::async, [&] { return waiter.acquire("yield", wait); });
-  const std::string channel = "redlock-released:" + held.lock->key;
-  ASSERT_TRUE(eventually([&] {
-    const Reply numsub = real.command({"PUBSUB", "NUMSUB", channel});
-    return numsub.elements.size() == 2 && numsub.elements[1].integer >= 1;
-  }));
+  ASSERT_TRUE(eventually([&] { return channel_subscribers(real, held.lock->key) >= 1; }));
   const Result released = holder.release(*held.lock);
   EXPECT_TRUE(released.ok()) << format_result(released);
   const Result granted = waiting.get();
@@ -301,30 +298,12 @@ TEST(AttackWaitTest, APublishFloodDoesNotMakeWaitersRetryAtRoundTripRate) {
   ASSERT_TRUE(waiter.wait_connected(3, 5s));
   const Result held = holder.acquire("flood");
   ASSERT_TRUE(held) << format_result(held);
-  const std::string channel = "redlock-released:" + held.lock->key;
-
-  std::atomic<bool> stop{false};
-  std::atomic<long long> published{0};
-  std::thread flood([&] {
-    support::RedisContextPtr context(redisConnect("127.0.0.1", masters[0].port()));
-    if (!context || context->err) return;
-    while (!stop.load()) {
-      for (int i = 0; i < 50; ++i) redisAppendCommand(context.get(), "PUBLISH %s released", channel.c_str());
-      for (int i = 0; i < 50; ++i) {
-        void* reply = nullptr;
-        if (redisGetReply(context.get(), &reply) != REDIS_OK) return;
-        freeReplyObject(reply);
-      }
-      published += 50;
-      std::this_thread::sleep_for(1ms);
-    }
-  });
+  PublishFlood flood(masters[0].port(), held.lock->key, 50, 1ms);
   AcquireOptions acquire;
   acquire.retry_count = 3;  // polling: 4 rounds in about 900 ms
   const Result result = waiter.acquire("flood", acquire);
-  stop = true;
-  flood.join();
-  std::printf("[figure] PUBLISH flood (%lld messages): the waiter made %d attempts (retry_count 3)\n", published.load(),
+  flood.stop();
+  std::printf("[figure] PUBLISH flood (%lld messages): the waiter made %d attempts (retry_count 3)\n", flood.published(),
               result.attempts);
   EXPECT_FALSE(result.ok()) << "the holder still holds it: " << format_result(result);
   EXPECT_LE(result.attempts, kAttemptBound) << format_result(result);
@@ -346,20 +325,16 @@ TEST(AttackWaitTest, AWakeFromAMinorityGrantsNothingWhileTheHolderHolds) {
   ASSERT_TRUE(waiter.wait_connected(3, 5s));
   const Result held = holder.acquire("minority");
   ASSERT_TRUE(held) << format_result(held);
-  const std::string channel = "redlock-released:" + held.lock->key;
   AcquireOptions wait;
   wait.retry_count = -1;
   wait.wait = 2s;
   auto waiting = std::async(std::launch::async, [&] { return waiter.acquire("minority", wait); });
-  ASSERT_TRUE(eventually([&] {
-    const Reply numsub = masters[0].command({"PUBSUB", "NUMSUB", channel});
-    return numsub.elements.size() == 2 && numsub.elements[1].integer >= 1;
-  }));
+  ASSERT_TRUE(eventually([&] { return channel_subscribers(masters[0], held.lock->key) >= 1; }));
   // The holder's key goes from one master only, announced there (what a release that reached
   // only a minority looks like), then more forged announcements.
   masters[0].command({"DEL", held.lock->key});
   for (int i = 0; i < 5; ++i) {
-    masters[0].command({"PUBLISH", channel, "released"});
+    masters[0].command({"PUBLISH", release_channel(held.lock->key), "released"});
     std::this_thread::sleep_for(50ms);
   }
   const Result result = waiting.get();
