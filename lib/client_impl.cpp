@@ -545,7 +545,7 @@ void ClientImpl::on_release_announced(const std::string& key) {
   // master or from any client allowed to PUBLISH), its waiters are looked at once, after the
   // reads. Per message that is a few hash lookups, never one per waiter: the loop stays free
   // to run its timers (a lease's loss signal among them).
-  if (!waiting_.contains(key) || !announced_.insert(key).second) return;
+  if (shutting_down_ || !waiting_.contains(key) || !announced_.insert(key).second) return;
   if (announced_.size() == 1) loop_->after_io([this] { wake_announced(); });
 }
 

@@ -249,7 +249,7 @@ void LeaseCore::renewed(Result result) {
   });
 }
 
-bool LeaseCore::declare_loss(LossReason reason, Lock& lock, ClientImpl*& client, bool only_if_overdue) {
+bool LeaseCore::declare_loss(LossReason reason, Lock& lock, bool only_if_overdue) {
   const std::lock_guard guard(mutex_);
   if (loss_ || stopped_.load(std::memory_order_acquire) || client_ == nullptr) return false;
   // Checked under the mutex, with the deadline of the last grant (a renewal the loop just
@@ -258,7 +258,6 @@ bool LeaseCore::declare_loss(LossReason reason, Lock& lock, ClientImpl*& client,
   loss_ = reason;
   lost_.store(true, std::memory_order_release);
   lock = lock_;
-  client = client_;
   return true;
 }
 
@@ -267,11 +266,11 @@ bool LeaseCore::lost() noexcept {
   if (stopped_.load(std::memory_order_acquire)) return false;
   try {
     Lock lock;
-    ClientImpl* client = nullptr;
-    // Declared here, announced by the loop (stop callbacks and on_lost run there). If the
-    // Client is closing, the post is refused and client_gone() requests stop instead.
-    if (declare_loss(LossReason::deadline, lock, client, true)) {
-      (void)client->loop().post([self = shared_from_this(), lock] { self->announce_loss(LossReason::deadline, lock); });
+    // Declared here, announced by the loop (stop callbacks and on_lost run there). post()
+    // reaches the loop only while the Client is there (under the mutex); if it is closing, the
+    // post is refused and client_gone() requests stop instead.
+    if (declare_loss(LossReason::deadline, lock, true)) {
+      (void)post([self = shared_from_this(), lock] { self->announce_loss(LossReason::deadline, lock); });
     }
   } catch (...) {
     // A clock or a post that threw: the flag below still says what was declared.
@@ -281,8 +280,7 @@ bool LeaseCore::lost() noexcept {
 
 void LeaseCore::signal_loss(LossReason reason) {
   Lock lock;
-  ClientImpl* client = nullptr;
-  if (declare_loss(reason, lock, client, false)) announce_loss(reason, lock);
+  if (declare_loss(reason, lock, false)) announce_loss(reason, lock);
 }
 
 void LeaseCore::announce_loss(LossReason reason, const Lock& lock) {

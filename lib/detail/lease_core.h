@@ -76,8 +76,8 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   void renewed(Result result);
   void signal_loss(LossReason reason);  // loop thread: declare (unless declared) and announce
   // Any thread: records the loss once (with `only_if_overdue`, only once the validity clock has
-  // reached deadline - margin); true for the call that recorded it, with the lock and Client.
-  bool declare_loss(LossReason reason, Lock& lock, ClientImpl*& client, bool only_if_overdue);
+  // reached deadline - margin); true for the call that recorded it, with the lock as of then.
+  bool declare_loss(LossReason reason, Lock& lock, bool only_if_overdue);
   void announce_loss(LossReason reason, const Lock& lock);  // loop thread
   void cancel_timers(EventLoop& loop) noexcept;
   // Loop time (now_ns) of an instant on the Client's validity clock.
