@@ -180,9 +180,14 @@ std::vector<std::string> acquire_notes(const redlock::Result& result, const Sett
 }
 
 void warm_up(redlock::Client& client, bool fenced) {
-  if (client.wait_connected(client.quorum(), client.options().connect_timeout) && fenced) {
-    std::this_thread::sleep_for(3 * client.options().command_timeout);
-  }
+  const auto& options = client.options();
+  if (!client.wait_connected(client.quorum(), options.connect_timeout)) return;
+  // The others get one command deadline more. The tool exits as soon as a quorum has answered,
+  // and a command held by a master still connecting (a TLS handshake takes a few ms) is lost
+  // with the Client: a release would leave that master's key until its ttl. A master that is
+  // down costs this once per command.
+  (void)client.wait_connected(client.size(), options.command_timeout);
+  if (fenced) std::this_thread::sleep_for(3 * options.command_timeout);
 }
 
 int dispatch(Settings settings) {

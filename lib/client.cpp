@@ -98,7 +98,7 @@ std::shared_ptr<Operation> extend_operation(const ClientImpl& client, Lock lock,
   op->done = std::move(done);
   op->key = lock.key;
   op->ttl = ttl.value_or(lock.ttl);
-  op->part = ExtendPart{std::move(lock), 0};
+  op->part = ExtendPart{std::move(lock), std::chrono::steady_clock::time_point::max()};
   return op;
 }
 
@@ -114,9 +114,9 @@ OperationId ClientImpl::extend_async(Lock lock, Callback done, std::optional<Mil
 }
 
 OperationId ClientImpl::extend_now(Lock lock, Callback done, std::optional<Milliseconds> ttl,
-                                   std::uint64_t resend_before_ns) {
+                                   std::chrono::steady_clock::time_point resend_before) {
   auto op = extend_operation(*this, std::move(lock), std::move(done), ttl);
-  std::get<ExtendPart>(op->part).resend_before_ns = resend_before_ns;
+  std::get<ExtendPart>(op->part).resend_before = resend_before;
   op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
   const OperationId id = op->id;
   begin(op);

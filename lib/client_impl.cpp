@@ -218,7 +218,7 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
       args.fence = op->acquire().fenced->fence;
       break;
     case RoundKind::extend:
-      args.resend_before_ns = op->extend().resend_before_ns;
+      args.resend_before = op->extend().resend_before;
       // Only a state whose epochs this Client's restart guard recorded (not the fresh one of an
       // adopted or other Client's Lock, which records none).
       if (const auto& state = LockAccess::state(op->extend().lock); state && state->votes > 0) extended = state;

@@ -203,7 +203,7 @@ void LeaseCore::renew() {
     return;
   }
   in_flight_ = true;
-  const std::uint64_t loss_moment = loop_time_of(*client, lock.deadline - settings_.margin);
+  const auto loss_moment = lock.deadline - settings_.margin;
   client->extend_now(std::move(lock), [self = shared_from_this()](Result result) { self->renewed(std::move(result)); },
                      settings_.ttl, loss_moment);
 }
@@ -215,6 +215,9 @@ void LeaseCore::renewed(Result result) {
   if (result.outcome == Outcome::extended && result.lock) {
     {
       const std::lock_guard guard(mutex_);
+      // A holder's lost() may have declared the loss since active() above: the lock stays as
+      // it was when the loss was declared (what on_lost gets, and lock()/deadline() report).
+      if (loss_ || stopped_.load(std::memory_order_acquire)) return;
       lock_ = *result.lock;
     }
     arm();  // may find the new deadline already too close and signal the loss
@@ -284,8 +287,12 @@ void LeaseCore::signal_loss(LossReason reason) {
 }
 
 void LeaseCore::announce_loss(LossReason reason, const Lock& lock) {
-  if (ClientImpl* const client = this->client()) cancel_timers(client->loop());
+  ClientImpl* const client = this->client();
+  if (client != nullptr) cancel_timers(client->loop());
   stop_.request_stop();
+  // A loss a holder's lost() declared just before the Client closed is announced by the
+  // close's drain: stop is requested (as at any Client shutdown), on_lost is not called.
+  if (client == nullptr) return;
   if (settings_.on_lost) {
     try {
       settings_.on_lost(reason, lock);

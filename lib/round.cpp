@@ -79,12 +79,13 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
   // (A NOSCRIPT answer to a plain SET, which runs no script, is a server error like any other.)
   if (is_noscript(reply) && index < learned_.size() && !learned_[index].eval_sent &&
       (!decided_ || args_.kind == RoundKind::release) &&
-      (args_.resend_before_ns == 0 || now_ns() < args_.resend_before_ns)) {
+      (args_.resend_before == std::chrono::steady_clock::time_point::max() ||
+       context_.clock.now() < args_.resend_before)) {
     // The script cache was flushed (or the master restarted) since the handshake loaded
     // it: nothing ran. A release is answered even after the decision: it must still land.
     // A decided acquire, extend or fence round is not: its command would now run after
     // the release of a failed attempt, and plant a key nobody releases. Nor is a lease's
-    // renewal read after its loss moment (RoundArgs::resend_before_ns): the holder was told
+    // renewal read after its loss moment (RoundArgs::resend_before): the holder was told
     // to stop, and the keys must not outlive their ttl for it.
     resend_with_eval(index);
     return;

@@ -17,7 +17,8 @@
 // not come. No renewal is sent once that moment, or a loss, or a release has come: each
 // renewal checks on the loop, in the step that sends it, that the lease is neither lost nor
 // released and that deadline - loss_margin is still ahead; a late loop signals the loss
-// (LossReason::deadline) instead.
+// (LossReason::deadline) instead. ("Sent" is handed to the connections: a renewal queued just
+// before that moment may still run on the masters after it, see docs/leases.md.)
 //
 // Loss. The lease is lost, and says so once, when
 //   - a renewal finds the key gone or held by another owner on enough masters that no quorum
@@ -113,10 +114,12 @@ class Lease {
 
   // Started and neither released nor lost (nor its Client destroyed).
   explicit operator bool() const noexcept;
-  // lost() (and operator bool) also read the validity clock: from deadline - loss_margin on
-  // they say "lost" (LossReason::deadline) even while the Client's loop is too busy to run
-  // the loss timer (a blocking callback, a flood of input); the loop requests stop and calls
-  // on_lost when it gets there. The holder that asks never hears "held" past that moment.
+  // lost() (and operator bool) also read the validity clock while the Client exists: from
+  // deadline - loss_margin on they say "lost" (LossReason::deadline) even while the Client's
+  // loop is too busy to run the loss timer (a blocking callback, a flood of input); the loop
+  // requests stop and calls on_lost when it gets there. The holder that asks never hears
+  // "held" past that moment. (Once the Client is destroyed, lost() stays false: stop was
+  // requested and operator bool is false.)
   [[nodiscard]] bool lost() const noexcept;
   [[nodiscard]] std::optional<LossReason> loss() const;
   // Stop is requested at loss, at release and when the Client is destroyed. A default

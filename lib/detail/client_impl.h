@@ -54,8 +54,9 @@ class ClientImpl {
   OperationId release_async(Lock lock, Callback done);
   // Loop thread only: the extend begins (and its round is sent) before this returns, with no
   // loop pass in between (a lease checks its deadline and sends in one step).
-  // `resend_before_ns`: RoundArgs::resend_before_ns (a lease's loss moment, loop time).
-  OperationId extend_now(Lock lock, Callback done, std::optional<Milliseconds> ttl, std::uint64_t resend_before_ns);
+  // `resend_before`: RoundArgs::resend_before (a lease's loss moment, validity clock).
+  OperationId extend_now(Lock lock, Callback done, std::optional<Milliseconds> ttl,
+                         std::chrono::steady_clock::time_point resend_before);
   // A Lock this Client granted (acquire, or an extend on this Client). Any thread.
   [[nodiscard]] bool granted_here(const Lock& lock) const noexcept;
 

@@ -115,10 +115,10 @@ struct RoundArgs {
   bool fencing = false;     // acquire: the fenced (scripted) variant
   std::uint64_t fence = 0;  // fence: the token to raise the counters to
   bool learn_pttl = false;  // unfenced acquire: the waiting variant (kWaitingAcquireScript)
-  // extend: a NOSCRIPT answer is re-sent with EVAL only before this loop time (0: while the
-  // round is undecided). A lease's renewal sets its loss moment: nothing it sends may run after
-  // the holder was told the lock is lost.
-  std::uint64_t resend_before_ns = 0;
+  // extend: a NOSCRIPT answer is re-sent with EVAL only before this instant of the validity
+  // clock (max: while the round is undecided). A lease's renewal sets its loss moment, on the
+  // clock its lost() reads: no re-send is queued once the holder may have been told.
+  std::chrono::steady_clock::time_point resend_before = std::chrono::steady_clock::time_point::max();
 };
 
 // What one master's reply to a round's command says on its own, before the round asks the

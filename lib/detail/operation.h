@@ -55,7 +55,8 @@ struct AcquirePart {
 
 struct ExtendPart {
   Lock lock;  // the lock being extended
-  std::uint64_t resend_before_ns = 0;  // RoundArgs::resend_before_ns (a lease's loss moment)
+  // RoundArgs::resend_before (a lease's loss moment, validity clock)
+  std::chrono::steady_clock::time_point resend_before = std::chrono::steady_clock::time_point::max();
 };
 
 struct ReleasePart {
