@@ -61,6 +61,18 @@ Milliseconds jittered(Milliseconds base) {
 
 }  // namespace
 
+ConnectionOptions connection_options(const ClientOptions& client, const Endpoint& endpoint, TlsContext* tls) {
+  ConnectionOptions options;
+  options.endpoint = endpoint;
+  options.connect_timeout = client.connect_timeout;
+  options.reconnect_min = client.reconnect_min;
+  options.reconnect_max = client.reconnect_max;
+  options.stall_timeout = client.stall_timeout;
+  options.source_address = client.source_address;
+  options.tls = endpoint.tls ? tls : nullptr;
+  return options;
+}
+
 Connection::Connection(EventLoop& loop, ConnectionOptions options)
     : loop_(loop),
       options_(std::move(options)),

@@ -36,14 +36,7 @@ ReleaseWatch::ReleaseWatch(EventLoop& loop, const ClientOptions& options, const 
 void ReleaseWatch::start() {
   if (closed_ || !connections_.empty()) return;
   for (std::uint32_t i = 0; i < size_; ++i) {
-    ConnectionOptions co;
-    co.endpoint = endpoints_[i];
-    co.connect_timeout = options_.connect_timeout;
-    co.reconnect_min = options_.reconnect_min;
-    co.reconnect_max = options_.reconnect_max;
-    co.stall_timeout = options_.stall_timeout;
-    co.source_address = options_.source_address;
-    co.tls = endpoints_[i].tls ? tls_ : nullptr;
+    ConnectionOptions co = connection_options(options_, endpoints_[i], tls_);
     co.on_push = [this, i](const redisReply& reply) { on_push(i, reply); };
     connections_.push_back(std::make_unique<Connection>(loop_, std::move(co)));
     connections_.back()->on_ready = [this, i] { on_ready(i); };

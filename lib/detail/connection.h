@@ -72,6 +72,11 @@ struct ConnectionOptions {
   std::function<void(const redisReply&)> on_push;
 };
 
+// The options every connection to master `endpoint` shares, lock connections and subscriber
+// connections alike: timeouts, reconnect backoff, source address, and `tls` for rediss://
+// masters (ignored for redis:// ones). The caller adds handshake_steps or on_push.
+[[nodiscard]] ConnectionOptions connection_options(const ClientOptions& client, const Endpoint& endpoint, TlsContext* tls);
+
 class Connection {
  public:
   enum class State : std::uint8_t { disconnected, connecting, handshaking, ready, closed };
