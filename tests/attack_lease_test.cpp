@@ -143,9 +143,7 @@ TEST(AttackLeaseTest, NoRenewalGoesOutAfterTheLossSignal) {
   options.command_timeout = 100ms;
   Client client(options);
   ASSERT_TRUE(client.wait_connected(3, 5s));
-  AcquireOptions ttl;
-  ttl.ttl = 3000ms;
-  const Result held = client.acquire("late-loop", ttl);
+  const Result held = acquire_with_ttl(client, "late-loop", 3000ms);
   ASSERT_TRUE(held) << format_result(held);
   const auto t0 = held.lock->started;
   Loss loss;
@@ -201,9 +199,7 @@ TEST(AttackLeaseTest, KeepingALockPastItsDeadlineSignalsAtOnceAndRenewsNothing) 
   RedisServerGroup masters(3);
   Client client(options_for(masters));
   ASSERT_TRUE(client.wait_connected(3, 5s));
-  AcquireOptions ttl;
-  ttl.ttl = 500ms;
-  const Result held = client.acquire("expired", ttl);
+  const Result held = acquire_with_ttl(client, "expired", 500ms);
   ASSERT_TRUE(held) << format_result(held);
   std::this_thread::sleep_until(held.lock->deadline + 50ms);
   long long before = 0;
@@ -229,9 +225,7 @@ TEST(AttackLeaseTest, ALateRenewalReplyDoesNotReviveALostLease) {
   options.command_timeout = 2000ms;  // the renewal is still waiting when the loss timer fires
   Client client(options);
   ASSERT_TRUE(client.wait_connected(3, 5s));
-  AcquireOptions ttl;
-  ttl.ttl = 4000ms;
-  const Result held = client.acquire("late-reply", ttl);
+  const Result held = acquire_with_ttl(client, "late-reply", 4000ms);
   ASSERT_TRUE(held) << format_result(held);
   Loss loss;
   LeaseOptions lease_options;
@@ -266,9 +260,7 @@ TEST(AttackLeaseTest, ALoopHeldUpPastTheDeadlineDoesNotKeepLostFalse) {
   options.command_timeout = 100ms;
   Client client(options);
   ASSERT_TRUE(client.wait_connected(3, 5s));
-  AcquireOptions ttl;
-  ttl.ttl = 2000ms;
-  const Result held = client.acquire("held-up-loop", ttl);
+  const Result held = acquire_with_ttl(client, "held-up-loop", 2000ms);
   ASSERT_TRUE(held) << format_result(held);
   Loss loss;
   LeaseOptions lease_options;
@@ -323,9 +315,7 @@ TEST(AttackLeaseTest, APublishFloodOnAKeyWithManyWaitersDoesNotDelayALeasesLossS
   const Result other = holder.acquire("flooded");
   ASSERT_TRUE(other) << format_result(other);
   // The lease, on the Client whose waiters will be flooded.
-  AcquireOptions ttl;
-  ttl.ttl = 3000ms;
-  const Result held = client.acquire("leased", ttl);
+  const Result held = acquire_with_ttl(client, "leased", 3000ms);
   ASSERT_TRUE(held) << format_result(held);
   std::atomic<long long> lost_at_ns{0};
   LeaseOptions lease_options;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "support/hiredis_handle.h"
+#include "loopback_listener.h"
 #include "release_channel.h"
 #include "test_util.h"
 
@@ -44,30 +45,15 @@ class ScriptedServer {
   // `grant_set`: answer SET with +OK (the key is free here) instead of nil (held).
   ScriptedServer(std::string pttl_reply, std::string release_reply, bool grant_set = false)
       : pttl_reply_(std::move(pttl_reply)), release_reply_(std::move(release_reply)), grant_set_(grant_set) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener_, 16) != 0) {
-      throw std::runtime_error("scripted server: bind/listen failed");
-    }
-    socklen_t size = sizeof(address);
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &size);
-    port_ = ntohs(address.sin_port);
-    if (::pipe(stop_) != 0) throw std::runtime_error("scripted server: pipe failed");
     thread_ = std::thread([this] { serve(); });
   }
   ~ScriptedServer() {
-    const char byte = 0;
-    (void)!::write(stop_[1], &byte, 1);
+    listener_.stop();
     thread_.join();
-    ::close(listener_);
-    ::close(stop_[0]);
-    ::close(stop_[1]);
   }
   ScriptedServer(const ScriptedServer&) = delete;
   ScriptedServer& operator=(const ScriptedServer&) = delete;
-  std::string uri() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  std::string uri() const { return listener_.uri(); }
   long long waiting_acquires() const { return waiting_acquires_.load(); }
 
  private:
@@ -115,12 +101,12 @@ class ScriptedServer {
   void serve() {
     std::vector<Peer> peers;
     for (;;) {
-      std::vector<pollfd> fds{{stop_[0], POLLIN, 0}, {listener_, POLLIN, 0}};
+      std::vector<pollfd> fds{{listener_.stop_fd(), POLLIN, 0}, {listener_.fd(), POLLIN, 0}};
       for (const auto& peer : peers) fds.push_back({peer.fd, POLLIN, 0});
       if (::poll(fds.data(), fds.size(), 1000) < 0) break;
       if (fds[0].revents != 0) break;
       if (fds[1].revents & POLLIN) {
-        const int fd = ::accept(listener_, nullptr, nullptr);
+        const int fd = ::accept(listener_.fd(), nullptr, nullptr);
         if (fd >= 0) peers.push_back({fd, redisReaderCreate()});
       }
       for (std::size_t i = 2; i < fds.size(); ++i) {
@@ -169,10 +155,8 @@ class ScriptedServer {
   const std::string release_reply_;
   const bool grant_set_;
   std::atomic<long long> waiting_acquires_{0};
-  int listener_ = -1;
-  int stop_[2] = {-1, -1};
-  std::uint16_t port_ = 0;
-  std::thread thread_;
+  LoopbackListener listener_{"scripted server"};
+  std::thread thread_;  // after listener_: joined before it closes
 };
 
 // A loopback port nobody listens on (bound, never listening, so nobody else takes it while

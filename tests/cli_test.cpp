@@ -38,49 +38,15 @@
 #include <utility>
 #include <vector>
 
+#include "cli_process.h"
 #include "support/redis_server.h"
-
-extern char** environ;
 
 namespace {
 
-namespace fs = std::filesystem;
-using namespace std::chrono_literals;
+using namespace redlock::cli_testing;
 using redlock::support::RedisServerGroup;
 using redlock::support::RedisServerOptions;
 using redlock::support::Reply;
-using SteadyClock = std::chrono::steady_clock;
-
-fs::path cli_binary() {
-  // build/<preset>/tests/cli_test -> build/<preset>/cli/redlock
-  const fs::path self = fs::read_symlink("/proc/self/exe");
-  return self.parent_path().parent_path() / "cli" / "redlock";
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// This process's environment without the tool's own variables, plus `extra`.
-std::vector<std::string> tool_environment(const std::vector<std::string>& extra) {
-  std::vector<std::string> out;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    if (std::strncmp(*entry, "REDLOCK_", 8) != 0) out.emplace_back(*entry);
-  }
-  out.insert(out.end(), extra.begin(), extra.end());
-  return out;
-}
-
-// argv/envp for exec: pointers into `strings`, null-terminated.
-std::vector<char*> pointers(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (auto& text : strings) out.push_back(text.data());
-  out.push_back(nullptr);
-  return out;
-}
 
 // CLOCK_MONOTONIC in nanoseconds: steady_clock on Linux, and the clock of the tool's
 // --json timestamps (lease.deadline_ns, ...).
@@ -188,22 +154,6 @@ pid_t wait_for_pid_file(const fs::path& path, std::chrono::milliseconds timeout 
   return -1;
 }
 
-// "redis://host:port" -> "redis://<userinfo>@host:port".
-std::string with_userinfo(const std::string& uri, const std::string& userinfo) {
-  return "redis://" + userinfo + "@" + uri.substr(std::string("redis://").size());
-}
-
-// --no-restart-guard (the masters were just started) and -m for each master, then `args`.
-std::vector<std::string> args_for(const std::vector<std::string>& uris, const std::vector<std::string>& args) {
-  std::vector<std::string> all{"--no-restart-guard"};
-  for (const auto& uri : uris) {
-    all.emplace_back("-m");
-    all.push_back(uri);
-  }
-  all.insert(all.end(), args.begin(), args.end());
-  return all;
-}
-
 // The last line of `text` that is a JSON object (run --json writes it last on stderr).
 nlohmann::json last_json_line(const std::string& text) {
   std::istringstream lines(text);
@@ -217,109 +167,6 @@ nlohmann::json last_json_line(const std::string& text) {
   return found;
 }
 
-struct Finished {
-  int exit_code = -1;  // 128+N if killed by signal N
-  std::string out;
-  std::string err;
-  bool timed_out = false;
-  std::chrono::milliseconds elapsed{0};
-};
-
-// One child process: stdin from /dev/null, stdout and stderr to files, in its own process
-// group. The destructor kills the whole group and reaps the child.
-class Process {
- public:
-  explicit Process(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {}) {
-    char pattern[] = "/tmp/redlock_cli_test.XXXXXX";
-    if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir_ = pattern;
-
-    // Everything the child needs is prepared before fork(): after it, only exec.
-    std::vector<std::string> env_strings = tool_environment(extra_env);
-    std::vector<char*> envp = pointers(env_strings);
-    std::vector<std::string> argv_strings{cli_binary().string()};
-    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv = pointers(argv_strings);
-
-    const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    const int out = ::open((dir_ / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    const int err = ::open((dir_ / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (in < 0 || out < 0 || err < 0) throw std::runtime_error("open failed");
-
-    started_ = SteadyClock::now();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      ::dup2(in, 0);
-      ::dup2(out, 1);
-      ::dup2(err, 2);
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
-    }
-    ::close(in);
-    ::close(out);
-    ::close(err);
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    ::setpgid(pid_, pid_);  // also here: whichever runs first
-  }
-
-  ~Process() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(-pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-
-  Process(const Process&) = delete;
-  Process& operator=(const Process&) = delete;
-
-  [[nodiscard]] pid_t pid() const { return pid_; }
-
-  // Whether the process has exited. It stays a zombie (its pid and process group are not
-  // reused) until wait().
-  [[nodiscard]] bool exited() const {
-    siginfo_t info{};
-    return ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_;
-  }
-
-  // Waits for the process to exit; after `timeout` kills its group and reports timed_out.
-  Finished wait(std::chrono::milliseconds timeout = 30s) {
-    Finished result;
-    const auto give_up = SteadyClock::now() + timeout;
-    for (;;) {
-      // WNOWAIT: the exited child stays a zombie, so its process group id cannot be reused
-      // before the group is killed below.
-      siginfo_t info{};
-      const int rc = ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT);
-      if (rc == 0 && info.si_pid == pid_) break;
-      if (rc < 0 && errno != EINTR) throw std::runtime_error("waitid failed");
-      if (SteadyClock::now() >= give_up) {
-        result.timed_out = true;
-        break;
-      }
-      std::this_thread::sleep_for(2ms);
-    }
-    result.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - started_);
-    ::kill(-pid_, SIGKILL);  // on timeout the tool; otherwise anything it left behind in its group
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    reaped_ = true;
-    if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
-    result.out = read_file(dir_ / "stdout");
-    result.err = read_file(dir_ / "stderr");
-    return result;
-  }
-
- private:
-  fs::path dir_;
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-  SteadyClock::time_point started_;
-};
-
 bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 2s) {
   const auto give_up = SteadyClock::now() + timeout;
   for (;;) {
@@ -327,11 +174,6 @@ bool eventually(const std::function<bool()>& condition, std::chrono::millisecond
     if (SteadyClock::now() >= give_up) return false;
     std::this_thread::sleep_for(5ms);
   }
-}
-
-std::string describe(const Finished& f) {
-  return "exit " + std::to_string(f.exit_code) + (f.timed_out ? " (timed out)" : "") + "\nstdout: " + f.out +
-         "\nstderr: " + f.err;
 }
 
 // The tool on a pseudo-terminal, as an interactive shell starts a job: session leader with
@@ -918,7 +760,6 @@ TEST_F(CliTest, HelpDocumentsTheExitCodes) {
   }
 }
 
-
 // ---------------------------------------------------------------------------------------
 // Issue 12: fencing tokens for scripts, -E, usage errors that name the word, auth failures,
 // grants with masters missing, malformed tokens, uniform --json, the restart guard's advice.
@@ -1166,7 +1007,6 @@ TEST_F(CliTest, RestartGuardFailureSaysWhatToDo) {
   ASSERT_EQ(notes.size(), 1u) << j.out;
   EXPECT_NE(notes[0].get<std::string>().find("--no-restart-guard"), std::string::npos) << j.out;
 }
-
 
 // ---------------------------------------------------------------------------------------
 // A lease lost while `redlock run` runs its command: five masters, three of them frozen.

@@ -7,19 +7,15 @@
 // mixed fleet, unreadable files), mutual TLS, a wrong CA (77, named master and reason), and
 // that no password or key material reaches the output.
 //
-// The binary is build/<preset>/cli/redlock (next to this test's directory). Every child is
-// started in its own process group and SIGKILLed with its group and reaped when its Runner
-// goes away; the redis-servers are stopped by their RedisServer objects.
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
+// The tool runs through tests/cli_process.h (each child in its own process group, SIGKILLed
+// with its group and reaped when it is done); the redis-servers are stopped by their
+// RedisServer objects.
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -27,119 +23,19 @@
 #include <thread>
 #include <vector>
 
+#include "cli_process.h"
 #include "support/redis_server.h"
 #include "support/tls_certs.h"
 
-extern char** environ;
-
 namespace {
 
-namespace fs = std::filesystem;
-using namespace std::chrono_literals;
+using namespace redlock::cli_testing;
 using redlock::support::RedisServerGroup;
 using redlock::support::RedisServerOptions;
 using redlock::support::TestCertificate;
 using redlock::support::TestPki;
 
-fs::path cli_binary() {
-  const fs::path self = fs::read_symlink("/proc/self/exe");
-  return self.parent_path().parent_path() / "cli" / "redlock";
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-struct Finished {
-  int exit_code = -1;  // 128+N if killed by signal N; -1 if it did not end in time
-  std::string out;
-  std::string err;
-};
-
-std::string describe(const Finished& f) {
-  return "exit " + std::to_string(f.exit_code) + "\nstdout: " + f.out + "\nstderr: " + f.err;
-}
-
-// Runs the tool to completion (at most 30 s): stdin /dev/null, stdout and stderr to files in a
-// private directory, the environment without REDLOCK_* plus `env`.
-Finished run_tool(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
-  char pattern[] = "/tmp/redlock_cli_tls_test.XXXXXX";
-  if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");
-  const fs::path dir = pattern;
-  std::vector<std::string> env_strings;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    if (std::strncmp(*entry, "REDLOCK_", 8) != 0) env_strings.emplace_back(*entry);
-  }
-  env_strings.insert(env_strings.end(), env.begin(), env.end());
-  std::vector<std::string> argv_strings{cli_binary().string()};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const int out = ::open((dir / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  const int err = ::open((dir / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (in < 0 || out < 0 || err < 0) throw std::runtime_error("open failed");
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::dup2(in, 0);
-    ::dup2(out, 1);
-    ::dup2(err, 2);
-    ::execve(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
-  ::close(in);
-  ::close(out);
-  ::close(err);
-  if (pid < 0) throw std::runtime_error("fork failed");
-  ::setpgid(pid, pid);
-  Finished result;
-  int status = 0;
-  const auto give_up = std::chrono::steady_clock::now() + 30s;
-  bool done = false;
-  while (!done && std::chrono::steady_clock::now() < give_up) {
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
-      done = true;
-    } else {
-      std::this_thread::sleep_for(5ms);
-    }
-  }
-  ::kill(-pid, SIGKILL);  // on timeout the tool; otherwise anything it left in its group
-  if (!done) ::waitpid(pid, &status, 0);
-  if (done && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (done && WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
-  result.out = read_file(dir / "stdout");
-  result.err = read_file(dir / "stderr");
-  std::error_code ignored;
-  fs::remove_all(dir, ignored);
-  return result;
-}
-
-// --no-restart-guard (the masters were just started) and -m per master, then `args`.
-std::vector<std::string> args_for(const std::vector<std::string>& uris, const std::vector<std::string>& args) {
-  std::vector<std::string> all{"--no-restart-guard"};
-  for (const auto& uri : uris) {
-    all.emplace_back("-m");
-    all.push_back(uri);
-  }
-  all.insert(all.end(), args.begin(), args.end());
-  return all;
-}
-
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
-// "rediss://127.0.0.1:P" -> "rediss://<userinfo>@127.0.0.1:P".
-std::string with_userinfo(const std::string& uri, const std::string& userinfo) {
-  const auto scheme = uri.find("://") + 3;
-  return uri.substr(0, scheme) + userinfo + "@" + uri.substr(scheme);
-}
 
 class CliTlsTest : public ::testing::Test {
  protected:

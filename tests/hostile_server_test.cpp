@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "loopback_listener.h"
 #include "support/process_memory.h"
 #include "test_util.h"
 
@@ -57,28 +58,13 @@ class HostileServer {
   static constexpr std::uint64_t kStreamCap = std::uint64_t{256} << 20;
 
   explicit HostileServer(Behaviour behaviour) : behaviour_(behaviour) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener_, 16) != 0) {
-      throw std::runtime_error("hostile server: bind/listen failed");
-    }
-    socklen_t size = sizeof(address);
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &size);
-    port_ = ntohs(address.sin_port);
-    if (::pipe(stop_) != 0) throw std::runtime_error("hostile server: pipe failed");
     thread_ = std::thread([this] { serve(); });
   }
   ~HostileServer() {
-    const char byte = 0;
-    (void)!::write(stop_[1], &byte, 1);
+    listener_.stop();
     thread_.join();
-    ::close(listener_);
-    ::close(stop_[0]);
-    ::close(stop_[1]);
   }
-  std::string uri() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  std::string uri() const { return listener_.uri(); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -102,7 +88,7 @@ class HostileServer {
   void serve() {
     std::vector<Peer> peers;
     for (;;) {
-      std::vector<pollfd> fds{{stop_[0], POLLIN, 0}, {listener_, POLLIN, 0}};
+      std::vector<pollfd> fds{{listener_.stop_fd(), POLLIN, 0}, {listener_.fd(), POLLIN, 0}};
       bool timed = false;
       for (const auto& peer : peers) {
         const bool writing = !peer.out.empty() || peer.stream_left > 0;
@@ -112,7 +98,7 @@ class HostileServer {
       if (::poll(fds.data(), fds.size(), timed ? 2 : 1000) < 0) break;
       if (fds[0].revents != 0) break;
       if (fds[1].revents & POLLIN) {
-        const int fd = ::accept(listener_, nullptr, nullptr);
+        const int fd = ::accept(listener_.fd(), nullptr, nullptr);
         if (fd >= 0 && behaviour_ == Behaviour::hang_up) {
           ::close(fd);
         } else if (fd >= 0) {
@@ -279,9 +265,7 @@ class HostileServer {
   }
 
   const Behaviour behaviour_;
-  int listener_ = -1;
-  int stop_[2] = {-1, -1};
-  std::uint16_t port_ = 0;
+  LoopbackListener listener_{"hostile server"};
   std::thread thread_;
   std::map<std::string, std::string> runs_;  // pattern -> 64 KiB run of it (server thread only)
 };

@@ -85,9 +85,7 @@ TEST(LeaseExtendTest, AnExtendWithAShorterTtlLeavesEveryMastersPttlAlone) {
   RedisServerGroup masters(3);
   Client client(options_for(masters));
   ASSERT_TRUE(client.wait_connected(3, 5s));
-  AcquireOptions long_ttl;
-  long_ttl.ttl = 60s;
-  const Result held = client.acquire("report", long_ttl);
+  const Result held = acquire_with_ttl(client, "report", 60s);
   ASSERT_TRUE(held) << format_result(held);
   ASSERT_TRUE(eventually([&] { return holding(masters, held.lock->key, held.lock->token) == 3u; }));
 
@@ -199,9 +197,7 @@ void majority_frozen(std::size_t n) {
   RedisServerGroup masters(n);
   Client client(lease_options(masters));
   ASSERT_TRUE(client.wait_connected(n, 5s));
-  AcquireOptions ttl;
-  ttl.ttl = 1000ms;
-  const Result held = client.acquire("frozen", ttl);
+  const Result held = acquire_with_ttl(client, "frozen", 1000ms);
   ASSERT_TRUE(held) << format_result(held);
   LossRecord loss;
   LeaseOptions options;
@@ -244,9 +240,7 @@ TEST(LeaseTest, ALeaseWithAMinorityFrozenKeepsRenewing) {
   RedisServerGroup masters(5);
   Client client(lease_options(masters));
   ASSERT_TRUE(client.wait_connected(5, 5s));
-  AcquireOptions ttl;
-  ttl.ttl = 600ms;
-  const Result held = client.acquire("minority", ttl);
+  const Result held = acquire_with_ttl(client, "minority", 600ms);
   ASSERT_TRUE(held);
   Lease lease = client.keep(*held.lock);
   masters[0].freeze();
@@ -261,9 +255,7 @@ TEST(LeaseTest, LossIsSignalledWhenTheKeyIsDeletedOnAQuorum) {
   RedisServerGroup masters(3);
   Client client(lease_options(masters));
   ASSERT_TRUE(client.wait_connected(3, 5s));
-  AcquireOptions ttl;
-  ttl.ttl = 1000ms;
-  const Result held = client.acquire("deleted", ttl);
+  const Result held = acquire_with_ttl(client, "deleted", 1000ms);
   ASSERT_TRUE(held);
   LossRecord loss;
   LeaseOptions options;
@@ -322,9 +314,7 @@ TEST(LeaseTest, DestroyingALeaseWhileItsRenewalIsInFlightIsClean) {
   RedisServerGroup masters(3);
   Client client(lease_options(masters, 1500ms));
   ASSERT_TRUE(client.wait_connected(3, 5s));
-  AcquireOptions ttl;
-  ttl.ttl = 5000ms;
-  const Result held = client.acquire("in-flight", ttl);
+  const Result held = acquire_with_ttl(client, "in-flight", 5000ms);
   ASSERT_TRUE(held);
   LeaseOptions options;
   options.renew_fraction = 0.1;  // a renewal after 500 ms, hanging on the frozen masters
@@ -502,9 +492,7 @@ TEST(LeaseTest, OnRenewedIsCalledForEachRenewalWithItsNewDeadline) {
   RedisServerGroup masters(3);
   Client client(lease_options(masters));
   ASSERT_TRUE(client.wait_connected(3, 5s));
-  AcquireOptions short_ttl;
-  short_ttl.ttl = 300ms;
-  const Result held = client.acquire("renewed-hook", short_ttl);
+  const Result held = acquire_with_ttl(client, "renewed-hook", 300ms);
   ASSERT_TRUE(held) << format_result(held);
   std::mutex mutex;
   std::vector<steady_clock::time_point> deadlines;

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "loopback_listener.h"
+
 namespace redlock::testing {
 
 class TcpProxy {
@@ -33,21 +35,11 @@ class TcpProxy {
 
   TcpProxy(std::uint16_t upstream_port, OnRequest on_request, OnReplyForwarded on_reply_forwarded = {})
       : upstream_port_(upstream_port), on_request_(std::move(on_request)), on_reply_forwarded_(std::move(on_reply_forwarded)) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address = loopback(0);
-    if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener_, 16) != 0) {
-      throw std::runtime_error("proxy: bind/listen failed");
-    }
-    socklen_t size = sizeof(address);
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &size);
-    port_ = ntohs(address.sin_port);
-    if (::pipe(stop_) != 0) throw std::runtime_error("proxy: pipe failed");
     acceptor_ = std::thread([this] { accept_loop(); });
   }
 
   ~TcpProxy() {
-    const char byte = 0;
-    (void)!::write(stop_[1], &byte, 1);
+    listener_.stop();
     acceptor_.join();
     {
       const std::lock_guard lock(mutex_);
@@ -55,14 +47,11 @@ class TcpProxy {
     }
     for (auto& thread : pumps_) thread.join();
     for (const int fd : fds_) ::close(fd);
-    ::close(listener_);
-    ::close(stop_[0]);
-    ::close(stop_[1]);
   }
   TcpProxy(const TcpProxy&) = delete;
   TcpProxy& operator=(const TcpProxy&) = delete;
 
-  std::string uri() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  std::string uri() const { return listener_.uri(); }
 
  private:
   static sockaddr_in loopback(std::uint16_t port) {
@@ -75,9 +64,9 @@ class TcpProxy {
 
   void accept_loop() {
     for (;;) {
-      pollfd fds[2] = {{stop_[0], POLLIN, 0}, {listener_, POLLIN, 0}};
+      pollfd fds[2] = {{listener_.stop_fd(), POLLIN, 0}, {listener_.fd(), POLLIN, 0}};
       if (::poll(fds, 2, -1) < 0 || fds[0].revents != 0) return;
-      const int client = ::accept(listener_, nullptr, nullptr);
+      const int client = ::accept(listener_.fd(), nullptr, nullptr);
       if (client < 0) continue;
       const int server = ::socket(AF_INET, SOCK_STREAM, 0);
       const sockaddr_in upstream = loopback(upstream_port_);
@@ -116,9 +105,7 @@ class TcpProxy {
   const std::uint16_t upstream_port_;
   const OnRequest on_request_;
   const OnReplyForwarded on_reply_forwarded_;
-  int listener_ = -1;
-  std::uint16_t port_ = 0;
-  int stop_[2] = {-1, -1};
+  LoopbackListener listener_{"proxy"};
   std::thread acceptor_;
   std::mutex mutex_;
   std::vector<int> fds_;             // guarded by mutex_

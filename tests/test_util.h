@@ -36,6 +36,13 @@ inline ClientOptions options_for(const std::vector<std::string>& masters) {
 
 inline std::size_t quorum_of_n(std::size_t n) { return n / 2 + 1; }
 
+// One acquire with this ttl and the Client's other defaults (the tests' most common call).
+inline Result acquire_with_ttl(Client& client, const std::string& resource, Milliseconds ttl) {
+  AcquireOptions options;
+  options.ttl = ttl;
+  return client.acquire(resource, options);
+}
+
 inline ClientOptions options_for(const RedisServerGroup& group) { return options_for(group.uris()); }
 
 inline std::optional<std::string> get(const RedisServer& server, const std::string& key) {
