@@ -194,10 +194,13 @@ void EventLoop::on_timer(uv_timer_t* handle) {
 }
 
 void EventLoop::run_timers() {
-  // Each task may schedule or cancel timers, so take one at a time.
+  // Each task may schedule or cancel timers, so take one at a time. A task scheduled during
+  // this pass waits for the next one: run early (within the slack), it might schedule itself
+  // again for its deadline and be run again at once, over and over until the deadline passed.
+  const TimerId scheduled_before = next_timer_id_;
   while (!timers_.empty()) {
     auto it = timers_.begin();
-    if (it->first.first > deadline_after(now_ns(), kTimerSlackNs)) break;
+    if (it->first.first > deadline_after(now_ns(), kTimerSlackNs) || it->first.second >= scheduled_before) break;
     Task task = std::move(it->second);
     timer_deadlines_.erase(it->first.second);
     timers_.erase(it);

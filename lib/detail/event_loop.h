@@ -47,7 +47,9 @@ class EventLoop {
   // the task) once close() has begun.
   bool post(Task task);
 
-  // Loop thread only. Runs `task` once now_ns() >= deadline. Ids are never reused.
+  // Loop thread only. Runs `task` at its deadline, or up to a millisecond before it (the uv
+  // timer counts whole milliseconds): a task that must not run early checks now_ns() itself. A task scheduled by a
+  // timer task runs in a later pass, never in the pass that scheduled it. Ids are never reused.
   TimerId schedule_at(std::uint64_t deadline_ns, Task task);
   TimerId schedule_after(std::chrono::milliseconds delay, Task task) {
     return schedule_at(deadline_after(now_ns(), delay), std::move(task));

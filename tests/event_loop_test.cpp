@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Client's event loop on its own (lib/detail/event_loop.h): timers. No Redis needed.
+#include "detail/event_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <future>
+
+namespace redlock::detail {
+namespace {
+
+using namespace std::chrono_literals;
+
+// When a timer fires, the tasks due within the next millisecond run with it (the uv timer
+// counts whole milliseconds), so a task can run up to a millisecond before its deadline. A
+// task that checks the time itself and schedules itself again for the same deadline
+// (FenceCatchUp waits out a safety delay this way; its masters' deadlines are a few
+// microseconds apart) must not be run again at once, in the same pass, over and over until
+// the deadline has passed: that spun the loop thread for up to a millisecond, allocating a
+// timer each time round.
+// How many times `task` ran for its deadline, `offset_ns` from now, with another timer due
+// half a millisecond before it.
+int runs_until_due(EventLoop& loop, std::uint64_t offset_ns) {
+  std::promise<int> done;
+  int runs = 0;
+  std::uint64_t deadline = 0;
+  std::function<void()> task = [&] {
+    ++runs;
+    if (now_ns() < deadline) {
+      loop.schedule_at(deadline, task);
+      return;
+    }
+    done.set_value(runs);
+  };
+  EXPECT_TRUE(loop.post([&] {
+    deadline = now_ns() + offset_ns;
+    loop.schedule_at(deadline - 500'000, [] {});
+    loop.schedule_at(deadline, task);
+  }));
+  auto result = done.get_future();
+  if (result.wait_for(10s) != std::future_status::ready) {
+    ADD_FAILURE() << "the task never found its deadline passed";
+    std::abort();  // the loop still refers to this frame's locals
+  }
+  return result.get();
+}
+
+TEST(EventLoopTest, ATimerTaskThatSchedulesItselfAgainIsNotSpunOnUntilItsDeadline) {
+  EventLoop loop(nullptr);
+  int most = 0;
+  for (std::uint64_t offset_us = 1000; offset_us < 3000; offset_us += 100) {
+    most = std::max(most, runs_until_due(loop, offset_us * 1000));
+  }
+  // Each early run re-arms the uv timer for the remainder (at least one millisecond).
+  EXPECT_LE(most, 4) << "the task ran again at once in the same pass of the timers";
+  ASSERT_TRUE(loop.post([&] { loop.close(); }));
+  loop.join();
+}
+
+}  // namespace
+}  // namespace redlock::detail
