@@ -18,7 +18,7 @@ Client::~Client() {
 }
 
 OperationId Client::acquire_async(std::string resource, Callback done, AcquireOptions options) {
-  auto op = std::make_shared<Operation>();
+  auto op = impl_->make_operation();
   op->done = std::move(done);
   op->key = impl_->options().key_prefix + resource;
   op->ttl = options.ttl.value_or(impl_->options().ttl);
@@ -94,7 +94,7 @@ std::shared_ptr<Operation> extend_operation(const ClientImpl& client, Lock lock,
     state->granted_by = &client;
     LockAccess::set_state(lock, std::move(state));
   }
-  auto op = std::make_shared<Operation>();
+  auto op = client.make_operation();
   op->done = std::move(done);
   op->key = lock.key;
   op->ttl = ttl.value_or(lock.ttl);
@@ -124,7 +124,7 @@ OperationId ClientImpl::extend_now(Lock lock, Callback done, std::optional<Milli
 }
 
 OperationId ClientImpl::release_async(Lock lock, Callback done) {
-  auto op = std::make_shared<Operation>();
+  auto op = make_operation();
   op->done = std::move(done);
   op->key = std::move(lock.key);
   op->part = ReleasePart{std::move(lock.token), false, {}};

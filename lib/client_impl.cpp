@@ -208,42 +208,40 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
   std::shared_ptr<LockState> extended;
   switch (kind) {
     case RoundKind::acquire:
-      op->acquire().attempt_token = make_token();
+      args.token = make_token();  // the attempt's token (AcquirePart::attempt_token)
       args.fencing = op->acquire().fencing;
       // Retries learn the holders' PTTLs; the first attempt stays a plain SET NX PX.
       args.learn_pttl = !args.fencing && op->attempts > 1;
       break;
     case RoundKind::fence:
+      args.token = std::move(op->acquire().attempt_token);
       args.fencing = true;
       args.fence = op->acquire().fenced->fence;
       break;
     case RoundKind::extend:
+      args.token = op->extend().lock.token;
       args.resend_before = op->extend().resend_before;
       // Only a state whose epochs this Client's restart guard recorded (not the fresh one of an
       // adopted or other Client's Lock, which records none).
       if (const auto& state = LockAccess::state(op->extend().lock); state && state->votes > 0) extended = state;
       break;
     case RoundKind::release:
+      // A release sends its token in this one round (a NOSCRIPT resend encodes the round's own).
+      args.token = std::move(std::get<ReleasePart>(op->part).token);
       break;
-  }
-  if (kind == RoundKind::release) {
-    // A release sends its token in this one round (a NOSCRIPT resend encodes the round's own).
-    args.token = std::move(std::get<ReleasePart>(op->part).token);
-  } else {
-    args.token = op->token();
   }
   // A raw pointer is enough, and keeps the callback allocation-free (two pointers fit in
   // std::function's own storage): an undecided round's operation is alive in operations_,
   // and every way an operation ends closes its undecided round first (close() drops this).
   Operation* const owner = op.get();
-  auto round = std::make_shared<Round>(round_context_, std::move(args), std::move(extended), op->internal(),
-                                       [this, owner](Round& decided_round) {
-                                         const auto it = operations_.find(owner->id);
-                                         if (it == operations_.end()) return;
-                                         // A copy: finishing erases the map's entry.
-                                         const std::shared_ptr<Operation> live = it->second;
-                                         decided(live, decided_round);
-                                       });
+  auto round = std::allocate_shared<Round>(PoolAllocator<Round>(rounds_memory_), round_context_, std::move(args),
+                                           std::move(extended), op->internal(), [this, owner](Round& decided_round) {
+                                             const auto it = operations_.find(owner->id);
+                                             if (it == operations_.end()) return;
+                                             // A copy: finishing erases the map's entry.
+                                             const std::shared_ptr<Operation> live = it->second;
+                                             decided(live, decided_round);
+                                           });
   op->round = round;
   if (kind == RoundKind::extend) {
     const Lock& lock = op->extend().lock;
@@ -265,6 +263,9 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
   const bool success = round.tally().verdict() == Verdict::success;
   const std::uint32_t size = masters_.size();
 
+  if (round.kind() == RoundKind::acquire || round.kind() == RoundKind::fence) {
+    op->acquire().attempt_token = round.take_token();
+  }
   Result result;
   result.masters = round.take_masters();
   result.attempts = op->attempts;
@@ -629,8 +630,12 @@ void ClientImpl::warn_failed_release(const Operation& op, const Result& result) 
   }
 }
 
+std::shared_ptr<Operation> ClientImpl::make_operation() const {
+  return std::allocate_shared<Operation>(PoolAllocator<Operation>(operations_pool_));
+}
+
 void ClientImpl::release_in_background(const std::string& key, const std::string& token, Milliseconds acquired_ttl) {
-  auto op = std::make_shared<Operation>();
+  auto op = make_operation();
   op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
   op->key = key;
   op->part = ReleasePart{token, true, acquired_ttl};
@@ -653,6 +658,7 @@ void ClientImpl::cancel(OperationId id) {
   } else if (op->round && !op->round->decided()) {
     op->round->close();
     result.masters = op->round->take_masters();
+    acquire.attempt_token = op->round->take_token();
     release_in_background(op->key, acquire.attempt_token, op->ttl);
   }
   finish(op, std::move(result));

@@ -24,6 +24,7 @@
 #include "detail/lock_commands.h"
 #include "detail/master_set.h"
 #include "detail/operation.h"
+#include "detail/pool_allocator.h"
 #include "detail/release_watch.h"
 #include "detail/round.h"
 #include "redlock/client.h"
@@ -41,6 +42,8 @@ class ClientImpl {
   ClientImpl& operator=(const ClientImpl&) = delete;
 
   // Any thread.
+  // A new operation, from the Client's pool of them (detail/pool_allocator.h).
+  [[nodiscard]] std::shared_ptr<Operation> make_operation() const;
   OperationId submit(std::shared_ptr<Operation> op);
   void cancel_soon(OperationId id);  // posts cancel() to the loop
   Result wait_for(const std::function<void(Callback)>& start);
@@ -108,6 +111,9 @@ class ClientImpl {
   void shutdown();
   void stop_leases();  // lib/lease.cpp
 
+  // How many freed operations, and rounds, are kept for reuse (each about half a KiB).
+  static constexpr std::size_t kCachedBlocks = 1024;
+
   ClientOptions options_;  // validated, then max_lock_ttl defaulted (by endpoints_'s initialiser)
   const std::vector<Endpoint> endpoints_;
   // One OpenSSL context when any master is rediss:// (built, and its files checked, at
@@ -124,9 +130,14 @@ class ClientImpl {
   RoundDeadlines deadlines_;  // before masters_: rounds live on in their connections' queues
   MasterSet masters_;
   std::string command_buffer_;  // loop thread: RoundContext::command_buffer
+  // Where rounds are made (detail/pool_allocator.h): a round costs no heap allocation once
+  // the cache has seen as many in flight at once (up to kCachedBlocks).
+  const std::shared_ptr<std::pmr::memory_resource> rounds_memory_ = std::make_shared<BlockCache>(kCachedBlocks);
   RoundContext round_context_;
   ReleaseWatch watch_;  // release notifications for this Client's waiters
   std::atomic<OperationId> next_id_{1};
+  // Where operations are made (by callers on any thread; freed mostly on the loop thread).
+  const std::shared_ptr<std::pmr::memory_resource> operations_pool_ = std::make_shared<BlockCache>(kCachedBlocks);
 
   // Loop thread only.
   // The map's nodes come from a pool and go back to it: an operation in flight costs the map

@@ -32,7 +32,7 @@ struct FencedGrant {
 
 struct AcquirePart {
   std::string resource;
-  std::string attempt_token;             // fresh for every attempt
+  std::string attempt_token;             // fresh per attempt; in its round while in flight
   bool fencing = false;
   int retries_left = 0;                  // -1: unlimited
   std::uint64_t wait_deadline_ns = 0;    // loop time; 0: none
@@ -84,9 +84,9 @@ struct Operation {
     static constexpr RoundKind kKinds[] = {RoundKind::acquire, RoundKind::extend, RoundKind::release};
     return kKinds[part.index()];
   }
-  // The token this operation's next round sends.
+  // An extend's or a release's token, before its round is sent. (An acquire's is made for
+  // each attempt, and lives in the attempt's round while it is in flight: Round::take_token.)
   [[nodiscard]] const std::string& token() const noexcept {
-    if (const auto* acquire = std::get_if<AcquirePart>(&part)) return acquire->attempt_token;
     if (const auto* extend = std::get_if<ExtendPart>(&part)) return extend->lock.token;
     return std::get<ReleasePart>(part).token;
   }

@@ -113,6 +113,10 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   [[nodiscard]] bool decided() const noexcept { return decided_; }
   [[nodiscard]] const Tally& tally() const noexcept { return tally_; }
   [[nodiscard]] const RoundArgs& args() const noexcept { return args_; }
+  // An acquire or fence round, once decided: its token, moved out (never read again: only a
+  // release round re-sends after its decision). The attempt's token lives in its round while
+  // the round is in flight, so an acquire costs one token string, not a copy per round.
+  [[nodiscard]] std::string take_token() noexcept { return std::move(args_.token); }
   [[nodiscard]] RoundKind kind() const noexcept { return args_.kind; }
   // t0 on the validity clock: a grant's validity is counted from here.
   [[nodiscard]] Clock::time_point sent_at() const noexcept { return sent_at_; }
@@ -144,7 +148,7 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
 
   const RoundContext& context_;
   RoundDeadlines& deadlines_;  // context_.deadlines, kept for the destructor
-  const RoundArgs args_;
+  RoundArgs args_;             // changed only by take_token
   const std::shared_ptr<LockState> extended_;
   const bool hear_everyone_;
   OnDecided on_decided_;
