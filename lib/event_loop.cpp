@@ -197,10 +197,13 @@ void EventLoop::run_timers() {
   // Each task may schedule or cancel timers, so take one at a time. A task scheduled during
   // this pass waits for the next one: run early (within the slack), it might schedule itself
   // again for its deadline and be run again at once, over and over until the deadline passed.
+  // (Skipped, not stopped at: the older tasks due behind it still run now.)
   const TimerId scheduled_before = next_timer_id_;
-  while (!timers_.empty()) {
+  for (;;) {
+    const std::uint64_t due_by = deadline_after(now_ns(), kTimerSlackNs);
     auto it = timers_.begin();
-    if (it->first.first > deadline_after(now_ns(), kTimerSlackNs) || it->first.second >= scheduled_before) break;
+    while (it != timers_.end() && it->first.first <= due_by && it->first.second >= scheduled_before) ++it;
+    if (it == timers_.end() || it->first.first > due_by) break;
     Task task = std::move(it->second);
     timer_deadlines_.erase(it->first.second);
     timers_.erase(it);

@@ -22,6 +22,10 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
     const bool kept_keys = master.durable && info.durable();
     const std::uint64_t now = now_ns();
     master.run_id = info.run_id;
+    any_same_server_ = false;
+    for (std::uint32_t a = 0; a < masters_.size(); ++a) {
+      for (std::uint32_t b = a + 1; b < masters_.size(); ++b) any_same_server_ = any_same_server_ || same_server(a, b);
+    }
     ++master.epoch;
     master.seen_ns = now;
     // A restart this Client saw: its age counts from the moment the Client saw it, on the

@@ -167,6 +167,7 @@ MasterStatus Round::classify(std::uint32_t index, const redisReply* reply, std::
 }
 
 bool Round::twin_voted(std::uint32_t index) const {
+  if (!context_.masters.any_same_server()) return false;
   for (std::uint32_t other = 0; other < context_.masters.size(); ++other) {
     if (!context_.masters.same_server(index, other)) continue;
     // Before the decision the round's own rows say who voted; after it (a late reply) the

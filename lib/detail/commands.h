@@ -18,6 +18,7 @@ namespace redlock::detail {
 // One argument of a command: a view, or two views sent as one argument (a channel made of
 // its prefix and a key, without building the joined string).
 struct CommandArg {
+  CommandArg() = default;
   CommandArg(std::string_view only) : first(only) {}  // NOLINT(google-explicit-constructor)
   CommandArg(const char* only) : first(only) {}       // NOLINT(google-explicit-constructor)
   CommandArg(const std::string& only) : first(only) {}  // NOLINT(google-explicit-constructor)

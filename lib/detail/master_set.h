@@ -71,6 +71,7 @@ class MasterSet {
   }
   // Two configured masters that reach one server (the same run_id): one vote between them.
   [[nodiscard]] bool same_server(std::uint32_t a, std::uint32_t b) const { return guard_.same_server(a, b); }
+  [[nodiscard]] bool any_same_server() const noexcept { return guard_.any_same_server(); }
   [[nodiscard]] const Incarnation& incarnation(std::uint32_t index) const { return guard_.incarnation(index); }
   [[nodiscard]] bool restart_guard_enabled() const noexcept { return guard_.enabled(); }
 

@@ -86,7 +86,7 @@ struct Operation {
   }
   // An extend's or a release's token, before its round is sent. (An acquire's is made for
   // each attempt, and lives in the attempt's round while it is in flight: Round::take_token.)
-  [[nodiscard]] const std::string& token() const noexcept {
+  [[nodiscard]] const std::string& token() const {
     if (const auto* extend = std::get_if<ExtendPart>(&part)) return extend->lock.token;
     return std::get<ReleasePart>(part).token;
   }

@@ -26,7 +26,7 @@ namespace redlock::detail {
 
 class BlockCache final : public std::pmr::memory_resource {
  public:
-  explicit BlockCache(std::size_t capacity) : capacity_(capacity) {}
+  explicit BlockCache(std::size_t capacity) : capacity_(capacity) { free_.reserve(capacity_); }
   ~BlockCache() override {
     for (void* block : free_) heap()->deallocate(block, size_, kAlign);
   }
@@ -54,7 +54,7 @@ class BlockCache final : public std::pmr::memory_resource {
     if (align <= kAlign) {
       const std::lock_guard lock(mutex_);
       if (bytes == size_ && free_.size() < capacity_) {
-        free_.push_back(block);  // allocates only while the list grows to its peak
+        free_.push_back(block);  // (reserved: no allocation here)
         return;
       }
     }

@@ -54,6 +54,8 @@ class RestartGuard {
   [[nodiscard]] std::optional<std::string> counted_because(std::uint32_t index) const;
   // Two configured masters that reach one server (the same run_id).
   [[nodiscard]] bool same_server(std::uint32_t a, std::uint32_t b) const;
+  // Whether any two do (a round's per-grant check is skipped while none do).
+  [[nodiscard]] bool any_same_server() const noexcept { return any_same_server_; }
 
   [[nodiscard]] const Incarnation& incarnation(std::uint32_t index) const { return masters_[index]; }
   [[nodiscard]] bool enabled() const noexcept { return enabled_; }
@@ -69,6 +71,7 @@ class RestartGuard {
   const bool enabled_;
   const std::uint64_t guard_ns_;  // counted once up longer than this (max_lock_ttl)
   std::vector<Incarnation> masters_;
+  bool any_same_server_ = false;  // recomputed whenever a run_id changes
   std::vector<std::weak_ptr<LockState>> live_locks_;  // swept when it doubles
   std::size_t live_locks_sweep_at_ = 1024;
 };
