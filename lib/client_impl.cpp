@@ -19,16 +19,15 @@ namespace redlock::detail {
 
 using std::chrono::microseconds;
 
-namespace {
-
-// Calls a user callback at the library boundary: its exceptions go no further.
-void call_user(const Callback& done, Result result) noexcept {
+void call_user(const Callback& done, Result&& result) noexcept {
   if (!done) return;
   try {
     done(std::move(result));
   } catch (...) {
   }
 }
+
+namespace {
 
 Milliseconds default_max_lock_ttl(Milliseconds ttl) {
   const auto seconds = (ttl.count() + 999) / 1000;
@@ -92,7 +91,7 @@ ClientImpl::~ClientImpl() {
   loop_->join();  // the loop thread ends once the shutdown has closed every handle
 }
 
-void ClientImpl::call_back(const Callback& done, Result result) noexcept {
+void ClientImpl::call_back(const Callback& done, Result&& result) noexcept {
   ++callbacks_running_;
   call_user(done, std::move(result));
   --callbacks_running_;

@@ -32,14 +32,6 @@ Result refused(Outcome outcome, std::string message) {
   return result;
 }
 
-void call_user(const Callback& done, Result result) noexcept {
-  if (!done) return;
-  try {
-    done(std::move(result));
-  } catch (...) {
-  }
-}
-
 std::string ms_of(Milliseconds value) { return std::to_string(value.count()) + " ms"; }
 
 }  // namespace

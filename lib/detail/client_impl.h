@@ -34,6 +34,10 @@ namespace redlock::detail {
 
 class LeaseCore;
 
+// Calls a user callback at the library boundary: its exceptions go no further. (The Result
+// is passed on, not copied: each hop by value costs a move of the whole Result.)
+void call_user(const Callback& done, Result&& result) noexcept;
+
 class ClientImpl {
  public:
   explicit ClientImpl(ClientOptions options);
@@ -104,7 +108,7 @@ class ClientImpl {
   void finish(const std::shared_ptr<Operation>& op, Result result);
   // Runs a user callback; its exceptions stop here. While it runs, deleting the Client
   // defers freeing this object (see destroy_from_callback).
-  void call_back(const Callback& done, Result result) noexcept;
+  void call_back(const Callback& done, Result&& result) noexcept;
   void release_in_background(const std::string& key, const std::string& token, Milliseconds acquired_ttl);
   void warn_failed_release(const Operation& op, const Result& result) const;
   void cancel(OperationId id);
