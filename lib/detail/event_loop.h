@@ -16,6 +16,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory_resource>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -104,8 +105,11 @@ class EventLoop {
   bool closing_ = false;     // guarded by queue_mutex_
 
   // Loop thread only.
-  std::map<std::pair<std::uint64_t, TimerId>, Task> timers_;
-  std::unordered_map<TimerId, std::uint64_t> timer_deadlines_;
+  // The timer maps' nodes come from a pool and go back to it: a timer costs no heap
+  // allocation once the pool has grown to the number pending at once.
+  std::pmr::unsynchronized_pool_resource timers_memory_;
+  std::pmr::map<std::pair<std::uint64_t, TimerId>, Task> timers_{&timers_memory_};
+  std::pmr::unordered_map<TimerId, std::uint64_t> timer_deadlines_{&timers_memory_};
   TimerId next_timer_id_ = 1;
   std::uint64_t armed_for_ = 0;  // deadline the uv timer is set for; 0 = not armed
   std::vector<Task> before_poll_;
