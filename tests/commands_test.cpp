@@ -22,6 +22,7 @@
 
 namespace {
 
+using redlock::detail::append_script_call;
 using redlock::detail::encode_command;
 using redlock::detail::encode_script_call;
 using redlock::detail::encode_set_nx_px;
@@ -118,7 +119,12 @@ TEST(EncodeCommand, Generic) {
 TEST(EncodeCommand, SameBytesAsHiredisForAnyArguments) {
   const std::vector<std::string> samples = {"", std::string("\0", 1), "\r\n", "$5\r\nhello\r\n", "*3", "-ERR", "+OK",
                                             "key\r\nSET other x", std::string(300, 'k'), "\xff\xfe",
-                                            std::string("a\0b\r", 4), "SET"};
+                                            std::string("a\0b\r", 4), "SET",
+                                            // lengths on both sides of each power of ten (the
+                                            // writer sizes the length's digits in advance)
+                                            std::string(9, 'n'), std::string(10, 't'), std::string(99, 'n'),
+                                            std::string(100, 'h'), std::string(999, 'n'), std::string(1000, 't'),
+                                            std::string(9999, 'n'), std::string(10000, 't'), std::string(100000, 'h')};
   std::uint32_t seed = 12345;
   const auto next = [&seed] { return seed = seed * 1103515245u + 12345u; };
   for (int round = 0; round < 500; ++round) {
@@ -136,7 +142,9 @@ TEST(EncodeCommand, SameBytesAsHiredisForAnyArguments) {
     ASSERT_GE(size, 0);
     const std::string expected(formatted, static_cast<std::size_t>(size));
     redisFreeCommand(formatted);
-    std::string ours;
+    // Appended after what the buffer already holds, every other round.
+    const std::string before = round % 2 == 0 ? "" : "*1\r\n$4\r\nPING\r\n";
+    std::string ours = before;
     switch (count) {  // append_command takes an initializer list
       case 0: redlock::detail::append_command(ours, {}); break;
       case 1: redlock::detail::append_command(ours, {args[0]}); break;
@@ -152,7 +160,7 @@ TEST(EncodeCommand, SameBytesAsHiredisForAnyArguments) {
         redlock::detail::append_command(ours,
                                         {args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7]});
     }
-    ASSERT_EQ(ours, expected) << "round " << round << ", " << count << " arguments";
+    ASSERT_EQ(ours, before + expected) << "round " << round << ", " << count << " arguments";
     if (count >= 2) {
       // The same command with its second argument sent as two parts.
       const std::string& whole = args[1];
@@ -220,6 +228,29 @@ TEST(EncodeScriptCall, TwoKeys) {
   EXPECT_EQ(encode_script_call(fenced, false, {"redlock:r", "fence"}, {"tok", "5000"}),
             "*7\r\n" + bulk("EVALSHA") + bulk(fenced.sha1) + bulk("2") + bulk("redlock:r") + bulk("fence") +
                 bulk("tok") + bulk("5000"));
+}
+
+// The most a call takes (8 keys and args: 11 elements, a two-digit count), after what the
+// buffer already holds, against hiredis's encoder.
+TEST(EncodeScriptCall, TheLongestCallIsTheSameBytesAsHiredis) {
+  const Script fenced(kFencedAcquireScript);
+  std::string ours = "*1\r\n$4\r\nPING\r\n";
+  const std::string prefix = ours;
+  append_script_call(ours, fenced, false, {"k1", "k2", "k3"}, {"a", std::string(100, 'b'), "", "d", "e"});
+  const std::vector<std::string> args = {"EVALSHA", fenced.sha1, "3", "k1", "k2", "k3", "a", std::string(100, 'b'),
+                                         "", "d", "e"};
+  std::vector<const char*> pointers;
+  std::vector<std::size_t> lengths;
+  for (const auto& a : args) {
+    pointers.push_back(a.data());
+    lengths.push_back(a.size());
+  }
+  char* formatted = nullptr;
+  const long long size = redisFormatCommandArgv(&formatted, static_cast<int>(args.size()), pointers.data(), lengths.data());
+  ASSERT_GE(size, 0);
+  const std::string expected(formatted, static_cast<std::size_t>(size));
+  redisFreeCommand(formatted);
+  EXPECT_EQ(ours, prefix + expected);
 }
 
 TEST(EncodeScriptCall, TooManyArgumentsThrow) {
