@@ -184,6 +184,7 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
     call_back(op->done, std::move(refused));
     return;
   }
+  if (kind == RoundKind::release) held_here_.erase(op->key);  // its announcements are for our waiters again
   operations_.emplace(op->id, op);
   if (kind == RoundKind::acquire && options_.yield_to_waiters.count() > 0) {
     // Fairness: this Client released this key lately and waiters elsewhere heard it.
@@ -379,6 +380,7 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
   lock.ttl = op->ttl;
   lock.started = started;
   lock.deadline = deadline;
+  note_held(op->key, validity, op->id);
   result.outcome = acquiring ? Outcome::acquired : Outcome::extended;
   result.lock = std::move(lock);
   result.validity = validity;
@@ -397,7 +399,7 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
 void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result result) {
   AcquirePart& acquire = op->acquire();
   const std::uint64_t now = now_ns();
-  note_failure(acquire, now);
+  note_failure(acquire, now, !held_here(op->key, now));
   // Released on every master, including those that timed out or have not answered: their
   // SET may still land, and this release is queued behind it on the same connection.
   release_in_background(op->key, acquire.attempt_token, op->ttl);
@@ -481,8 +483,8 @@ std::uint64_t ClientImpl::wake_jitter_ns() {
 // from the last failed attempt of any kind. An honest handoff (a release after a quiet spell)
 // is still retried at once; a PUBLISH flood costs a waiter about log4(retry_delay / 1 ms) extra
 // rounds per acquire, not one per round trip. A new acquire starts over.
-void ClientImpl::note_failure(AcquirePart& acquire, std::uint64_t now) const {
-  if (std::exchange(acquire.free_retry, false)) {
+void ClientImpl::note_failure(AcquirePart& acquire, std::uint64_t now, bool grow) const {
+  if (std::exchange(acquire.free_retry, false) && grow) {
     const std::uint64_t grown = acquire.free_backoff_ns == 0 ? 1'000'000 : acquire.free_backoff_ns * 4;
     acquire.free_backoff_ns = std::min(to_ns(options_.retry_delay), grown);
   }
@@ -559,6 +561,7 @@ void ClientImpl::wake_waiters(const std::string& key) {
   const auto it = waiting_.find(key);
   if (it == waiting_.end()) return;
   const std::uint64_t now = now_ns();
+  if (held_here(key, now)) return;  // another's release, or forged: none of ours could win
   for (const OperationId id : it->second) {
     const auto op_it = operations_.find(id);
     if (op_it == operations_.end()) continue;
@@ -580,6 +583,28 @@ void ClientImpl::wake_waiters(const std::string& key) {
     acquire.wake_scheduled = true;
     acquire.free_retry = true;
   }
+}
+
+void ClientImpl::note_held(const std::string& key, microseconds validity, OperationId holder) {
+  const std::uint64_t now = now_ns();
+  if (held_here_.size() >= 1024) std::erase_if(held_here_, [now](const auto& entry) { return entry.second <= now; });
+  held_here_[key] = deadline_after(now, static_cast<std::uint64_t>(std::chrono::nanoseconds(validity).count()));  // (> 0 here)
+  // Its siblings lost this handoff to it: what they lost before this moment is forgiven too
+  // (a grant needs a quorum, which no single master can fake).
+  const auto it = waiting_.find(key);
+  if (it == waiting_.end()) return;
+  for (const OperationId id : it->second) {
+    const auto op_it = operations_.find(id);
+    if (id == holder || op_it == operations_.end()) continue;
+    AcquirePart& acquire = op_it->second->acquire();
+    acquire.free_backoff_ns = 0;
+    acquire.free_not_before_ns = 0;
+  }
+}
+
+bool ClientImpl::held_here(const std::string& key, std::uint64_t now) const {
+  const auto it = held_here_.find(key);
+  return it != held_here_.end() && it->second > now;
 }
 
 void ClientImpl::stop_waiting(Operation& op) {

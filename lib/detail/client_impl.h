@@ -103,7 +103,11 @@ class ClientImpl {
   [[nodiscard]] static std::uint64_t retry_deadline(const AcquirePart& acquire) noexcept;
   void stop_waiting(Operation& op);
   std::uint64_t wake_jitter_ns();
-  void note_failure(AcquirePart& acquire, std::uint64_t now) const;
+  // `grow`: false for an attempt lost to this Client's own holder (held_here_).
+  void note_failure(AcquirePart& acquire, std::uint64_t now, bool grow) const;
+  // This Client was granted `key` (acquire or extend) until `validity` from now: see held_here_.
+  void note_held(const std::string& key, std::chrono::microseconds validity, OperationId holder);
+  [[nodiscard]] bool held_here(const std::string& key, std::uint64_t now) const;
   void note_release(const Operation& op, const Round& round);
   void finish(const std::shared_ptr<Operation>& op, Result result);
   // Runs a user callback; its exceptions stop here. While it runs, deleting the Client
@@ -155,6 +159,13 @@ class ClientImpl {
   std::unordered_set<std::string> announced_;
   // yield_to_waiters: key -> until when this Client's next acquire of it waits (loop time).
   std::unordered_map<std::string, std::uint64_t> yield_until_;
+  // Keys this Client holds a lock on, until when (loop time; the grant's validity). While one
+  // is held here, announcements of its release wake none of this Client's waiters (none could
+  // win it), and a waiter that lost to it is not backed off: only one waiter of a Client can
+  // win a handoff, and its siblings' losses must not push their next retries out (a Client with
+  // six waiters of one key kept the fifth waiting for seconds). Set by grant(), erased when a
+  // release of the key begins here; expired entries are swept once it holds 1024.
+  std::unordered_map<std::string, std::uint64_t> held_here_;
   bool shutting_down_ = false;
   bool shut_down_ = false;
   int callbacks_running_ = 0;  // user callbacks on the stack (a Client may be deleted in one)
