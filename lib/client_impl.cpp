@@ -380,7 +380,7 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
   lock.ttl = op->ttl;
   lock.started = started;
   lock.deadline = deadline;
-  note_held(op->key, validity, op->id);
+  if (acquiring) note_held(op->key, validity, op->id);
   result.outcome = acquiring ? Outcome::acquired : Outcome::extended;
   result.lock = std::move(lock);
   result.validity = validity;
@@ -399,7 +399,7 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
 void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result result) {
   AcquirePart& acquire = op->acquire();
   const std::uint64_t now = now_ns();
-  note_failure(acquire, now, !held_here(op->key, now));
+  note_failure(acquire, now);
   // Released on every master, including those that timed out or have not answered: their
   // SET may still land, and this release is queued behind it on the same connection.
   release_in_background(op->key, acquire.attempt_token, op->ttl);
@@ -483,8 +483,8 @@ std::uint64_t ClientImpl::wake_jitter_ns() {
 // from the last failed attempt of any kind. An honest handoff (a release after a quiet spell)
 // is still retried at once; a PUBLISH flood costs a waiter about log4(retry_delay / 1 ms) extra
 // rounds per acquire, not one per round trip. A new acquire starts over.
-void ClientImpl::note_failure(AcquirePart& acquire, std::uint64_t now, bool grow) const {
-  if (std::exchange(acquire.free_retry, false) && grow) {
+void ClientImpl::note_failure(AcquirePart& acquire, std::uint64_t now) const {
+  if (std::exchange(acquire.free_retry, false)) {
     const std::uint64_t grown = acquire.free_backoff_ns == 0 ? 1'000'000 : acquire.free_backoff_ns * 4;
     acquire.free_backoff_ns = std::min(to_ns(options_.retry_delay), grown);
   }
@@ -589,8 +589,10 @@ void ClientImpl::note_held(const std::string& key, microseconds validity, Operat
   const std::uint64_t now = now_ns();
   if (held_here_.size() >= 1024) std::erase_if(held_here_, [now](const auto& entry) { return entry.second <= now; });
   held_here_[key] = deadline_after(now, static_cast<std::uint64_t>(std::chrono::nanoseconds(validity).count()));  // (> 0 here)
-  // Its siblings lost this handoff to it: what they lost before this moment is forgiven too
-  // (a grant needs a quorum, which no single master can fake).
+  // Its siblings lost this handoff to it, not to another Client: their spacing starts again.
+  // Only an acquire's grant does this (a quorum, which no single master can fake; once per
+  // handoff): renewals do not, and losses after it grow the spacing as always, so a hostile
+  // master answering PTTL 0 to a sibling still buys no round per millisecond.
   const auto it = waiting_.find(key);
   if (it == waiting_.end()) return;
   for (const OperationId id : it->second) {

@@ -230,6 +230,36 @@ TEST(AttackWaitTest, HostileZeroPttlDoesNotMakeTheWaiterSpin) {
   EXPECT_LE(result.attempts, kAttemptBound) << format_result(result);
 }
 
+// A waiter whose sibling (same Client) holds the key still backs off its free retries. The
+// holder's key is gone from one of its two real masters (deleted here: a master that lost
+// it), so the waiter's SET is granted there, and the hostile master says PTTL 0: a quorum of the keys
+// "expires now" on every attempt. With retry_count -1 only the spacing bounds those retries.
+// Forgiving the losses to a sibling for as long as it held the key (a first version of the
+// sibling fix) let this waiter retry every few milliseconds for its whole wait.
+TEST(AttackWaitTest, HostileZeroPttlDoesNotMakeASiblingOfTheHolderSpin) {
+  RedisServer real;
+  RedisServer lost;  // the holder's key is deleted here
+  ScriptedServer hostile(":0\r\n", ":0\r\n");  // says "held" to SET: the holder's grant is real + lost
+  auto options = options_for({real.uri(), lost.uri(), hostile.uri()});
+  options.retry_delay = 100ms;
+  options.retry_jitter = 0ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result held = acquire_with_ttl(client, "spin", 10s);
+  ASSERT_TRUE(held.ok()) << format_result(held);
+  ASSERT_EQ(lost.command({"DEL", held.lock->key}).integer, 1);
+  AcquireOptions acquire;
+  acquire.retry_count = -1;  // only `wait` and the spacing bound the retries
+  acquire.wait = 1s;
+  const Result waited = client.acquire("spin", acquire);
+  std::printf("[figure] sibling of the holder, hostile PTTL 0: %d attempts in a 1 s wait, retry_delay 100 ms\n",
+              waited.attempts);
+  EXPECT_FALSE(waited.ok()) << format_result(waited);
+  // Polls every 100 ms (10) plus the spaced free retries (1, 4, 16, 64 ms ...: a handful).
+  EXPECT_LE(waited.attempts, 30) << format_result(waited);
+  EXPECT_TRUE(client.release(*held.lock).ok());
+}
+
 // FAILS under UBSan (hole): with yield_to_waiters on, a release answered {1, LLONG_MAX} by a
 // hostile master, beside a real master whose PUBLISH reached another Client's waiter, makes
 // note_release's `others` overflow (signed). The third master is down, so the hostile one's

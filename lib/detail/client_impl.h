@@ -103,9 +103,8 @@ class ClientImpl {
   [[nodiscard]] static std::uint64_t retry_deadline(const AcquirePart& acquire) noexcept;
   void stop_waiting(Operation& op);
   std::uint64_t wake_jitter_ns();
-  // `grow`: false for an attempt lost to this Client's own holder (held_here_).
-  void note_failure(AcquirePart& acquire, std::uint64_t now, bool grow) const;
-  // This Client was granted `key` (acquire or extend) until `validity` from now: see held_here_.
+  void note_failure(AcquirePart& acquire, std::uint64_t now) const;
+  // An acquire of `key` was granted here, valid for `validity` from now: see held_here_.
   void note_held(const std::string& key, std::chrono::microseconds validity, OperationId holder);
   [[nodiscard]] bool held_here(const std::string& key, std::uint64_t now) const;
   void note_release(const Operation& op, const Round& round);
@@ -119,7 +118,7 @@ class ClientImpl {
   void shutdown();
   void stop_leases();  // lib/lease.cpp
 
-  // How many freed operations, and rounds, are kept for reuse (each about half a KiB).
+  // How many freed operations, and rounds, are kept for reuse (each about 0.6 KiB).
   static constexpr std::size_t kCachedBlocks = 1024;
 
   ClientOptions options_;  // validated, then max_lock_ttl defaulted (by endpoints_'s initialiser)
@@ -159,12 +158,14 @@ class ClientImpl {
   std::unordered_set<std::string> announced_;
   // yield_to_waiters: key -> until when this Client's next acquire of it waits (loop time).
   std::unordered_map<std::string, std::uint64_t> yield_until_;
-  // Keys this Client holds a lock on, until when (loop time; the grant's validity). While one
-  // is held here, announcements of its release wake none of this Client's waiters (none could
-  // win it), and a waiter that lost to it is not backed off: only one waiter of a Client can
-  // win a handoff, and its siblings' losses must not push their next retries out (a Client with
-  // six waiters of one key kept the fifth waiting for seconds). Set by grant(), erased when a
-  // release of the key begins here; expired entries are swept once it holds 1024.
+  // Keys this Client was granted by an acquire, until when (loop time: the acquire's validity;
+  // renewals do not move it, so that an extend decided after a release began cannot put it
+  // back). While one is held here, announcements of the key wake none of this Client's
+  // waiters: none could win it. And the grant resets its siblings' free-retry spacing: only
+  // one waiter of a Client can win a handoff, and the others' losses to it must not push
+  // their next retries out (a Client with six waiters of one key kept the fifth waiting for
+  // seconds). Erased when a release of the key begins here; expired entries are swept once
+  // it holds 1024.
   std::unordered_map<std::string, std::uint64_t> held_here_;
   bool shutting_down_ = false;
   bool shut_down_ = false;
