@@ -164,9 +164,10 @@ class ClientImpl {
   // waiters: none could win it. And the grant resets its siblings' free-retry spacing: only
   // one waiter of a Client can win a handoff, and the others' losses to it must not push
   // their next retries out (a Client with six waiters of one key kept the fifth waiting for
-  // seconds). Erased when a release of the key begins here; expired entries are swept once
-  // it holds 1024.
+  // seconds). Only keys that had waiters here at the grant. Erased when a release of the key
+  // begins here; expired entries are swept when it has doubled (from 1024).
   std::unordered_map<std::string, std::uint64_t> held_here_;
+  std::size_t held_here_sweep_at_ = 1024;
   bool shutting_down_ = false;
   bool shut_down_ = false;
   int callbacks_running_ = 0;  // user callbacks on the stack (a Client may be deleted in one)
