@@ -184,7 +184,7 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
     call_back(op->done, std::move(refused));
     return;
   }
-  if (kind == RoundKind::release) held_here_.erase(op->key);  // its announcements are for our waiters again
+  if (kind == RoundKind::release && !held_here_.empty()) held_here_.erase(op->key);  // its announcements wake our waiters again
   operations_.emplace(op->id, op);
   if (kind == RoundKind::acquire && options_.yield_to_waiters.count() > 0) {
     // Fairness: this Client released this key lately and waiters elsewhere heard it.

@@ -6,6 +6,7 @@
 namespace redlock::detail {
 
 std::string Diagnostics::shown(std::string_view text) const {
+  if (text.empty()) return {};  // nothing to redact (most rows of a round have no text)
   std::string out(text);
   for (const auto& endpoint : endpoints_) out = endpoint.redact(out);
   if (out.size() > kMaxShownText) {

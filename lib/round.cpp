@@ -181,7 +181,7 @@ bool Round::twin_voted(std::uint32_t index) const {
 void Round::record(std::uint32_t index, MasterStatus status, std::string error) {
   auto& master = masters_[index];
   master.status = status;
-  master.error = error.empty() ? std::string() : context_.diagnostics.shown(error);  // (a vote has no text to redact)
+  master.error = context_.diagnostics.shown(error);
   master.latency = std::chrono::microseconds((now_ns() - sent_ns_) / 1000u);
   tally_.add(status);
 }
