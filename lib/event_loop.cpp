@@ -194,18 +194,23 @@ void EventLoop::on_timer(uv_timer_t* handle) {
 }
 
 void EventLoop::run_timers() {
-  // Each task may schedule or cancel timers, so take one at a time. A task scheduled during
-  // this pass waits for the next one: run early (within the slack), it might schedule itself
-  // again for its deadline and be run again at once, over and over until the deadline passed.
-  // (Skipped, not stopped at: the older tasks due behind it still run now.)
-  const TimerId scheduled_before = next_timer_id_;
-  for (;;) {
-    const std::uint64_t due_by = deadline_after(now_ns(), kTimerSlackNs);
-    auto it = timers_.begin();
-    while (it != timers_.end() && it->first.first <= due_by && it->first.second >= scheduled_before) ++it;
-    if (it == timers_.end() || it->first.first > due_by) break;
+  // The pass runs the tasks due (within the slack) when it began, in deadline order, each
+  // unless an earlier one cancelled it. A task scheduled during the pass waits for the next
+  // one: run early, it might schedule itself again for its deadline and be run again at once,
+  // over and over until the deadline passed. Taken as a list first, so that a pass costs one
+  // lookup per task however many new tasks fall due meanwhile (a rescan from the start past
+  // them was quadratic).
+  const std::uint64_t due_by = deadline_after(now_ns(), kTimerSlackNs);
+  due_.clear();
+  for (const auto& entry : timers_) {
+    if (entry.first.first > due_by) break;
+    due_.push_back(entry.first);
+  }
+  for (const auto& key : due_) {
+    const auto it = timers_.find(key);
+    if (it == timers_.end()) continue;  // cancelled by an earlier task
     Task task = std::move(it->second);
-    timer_deadlines_.erase(it->first.second);
+    timer_deadlines_.erase(key.second);
     timers_.erase(it);
     task();
   }

@@ -89,5 +89,30 @@ TEST(EventLoopTest, ATaskScheduledDuringAPassDoesNotHoldBackTheOlderTasksDueInIt
   loop.join();
 }
 
+// A pass runs the tasks that were due when it began; one that an earlier task of the same
+// pass cancelled does not run (a round's deadline cancelled by its decision, a renewal by a
+// loss).
+TEST(EventLoopTest, ATaskCancelledByAnEarlierTaskOfThePassDoesNotRun) {
+  EventLoop loop(nullptr);
+  std::promise<std::string> done;
+  std::string order;
+  EventLoop::TimerId victim = 0;
+  ASSERT_TRUE(loop.post([&] {
+    const std::uint64_t deadline = now_ns() + 2'000'000;
+    loop.schedule_at(deadline, [&] {
+      order += 'T';
+      loop.cancel(victim);
+    });
+    victim = loop.schedule_at(deadline, [&] { order += 'C'; });
+    loop.schedule_at(deadline, [&] { order += 'A'; });
+    loop.schedule_at(deadline + 5'000'000, [&] { done.set_value(order); });
+  }));
+  auto result = done.get_future();
+  ASSERT_EQ(result.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(result.get(), "TA");
+  ASSERT_TRUE(loop.post([&] { loop.close(); }));
+  loop.join();
+}
+
 }  // namespace
 }  // namespace redlock::detail

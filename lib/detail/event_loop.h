@@ -110,6 +110,7 @@ class EventLoop {
   std::pmr::unsynchronized_pool_resource timers_memory_;
   std::pmr::map<std::pair<std::uint64_t, TimerId>, Task> timers_{&timers_memory_};
   std::pmr::unordered_map<TimerId, std::uint64_t> timer_deadlines_{&timers_memory_};
+  std::vector<std::pair<std::uint64_t, TimerId>> due_;  // run_timers(): the pass's keys (capacity kept)
   TimerId next_timer_id_ = 1;
   std::uint64_t armed_for_ = 0;  // deadline the uv timer is set for; 0 = not armed
   std::vector<Task> before_poll_;
