@@ -109,11 +109,8 @@ void MasterSet::on_ready(std::uint32_t index) {
     diagnostics_.warn("masters " + names_[other] + " and " + names_[index] + " are the same server (run_id " +
                       incarnation.run_id + "): they give one vote between them; list every server once");
   }
-  const auto& policy = info.maxmemory_policy;
-  if (policy.rfind("allkeys-", 0) == 0) {
-    diagnostics_.warn("master " + names_[index] + " has maxmemory-policy " + policy +
-                      ": it may evict the fencing counter '" + options_.fence_key +
-                      "' (which never expires); use noeviction or a volatile-* policy");
+  if (auto risk = eviction_risk(info.maxmemory_policy, options_.fence_key); !risk.empty()) {
+    diagnostics_.warn("master " + names_[index] + ": " + risk);
   }
 }
 

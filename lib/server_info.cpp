@@ -53,4 +53,16 @@ void read_config_get(const redisReply& reply, ServerInfo& info) {
   if (name == "appendfsync") info.appendfsync = std::move(value);
 }
 
+std::string eviction_risk(std::string_view policy, std::string_view fence_key) {
+  const std::string named = "maxmemory-policy " + std::string(policy);
+  if (policy.rfind("allkeys-", 0) == 0) {
+    return named + " may evict lock keys and the fencing counter '" + std::string(fence_key) +
+           "' once maxmemory is reached; use noeviction";
+  }
+  if (policy.rfind("volatile-", 0) == 0) {
+    return named + " may evict lock keys (they have a ttl) once maxmemory is reached; use noeviction";
+  }
+  return {};
+}
+
 }  // namespace redlock::detail

@@ -310,14 +310,7 @@ void StatusQuery::assess(std::uint32_t index, const std::vector<MasterReport>& e
                        "), not a master: it refuses the lock's SET (READONLY), or if writable loses it at its next "
                        "sync; list only independent masters");
   }
-  const std::string& policy = report.maxmemory_policy;
-  if (policy.rfind("allkeys-", 0) == 0) {
-    warnings.push_back("maxmemory-policy " + policy + " may evict lock keys and the fencing counter '" + fence_key_ +
-                       "' once maxmemory is reached; use noeviction");
-  } else if (policy.rfind("volatile-", 0) == 0) {
-    warnings.push_back("maxmemory-policy " + policy +
-                       " may evict lock keys (they have a ttl) once maxmemory is reached; use noeviction");
-  }
+  if (auto risk = eviction_risk(report.maxmemory_policy, fence_key_); !risk.empty()) warnings.push_back(std::move(risk));
   if (!report.not_permitted.empty()) {
     warnings.push_back("the lock user may not run the lock's commands here: " + report.not_permitted +
                        " (docs/permissions.md)");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 struct redisReply;
 
@@ -38,6 +39,13 @@ struct ServerInfo {
   // the reply. Only what CONFIG GET said; unknown counts as not durable.
   [[nodiscard]] bool durable() const noexcept { return appendonly == "yes" && appendfsync == "always"; }
 };
+
+// What an eviction policy may do to the lock's keys, as one sentence ending in the fix
+// ("maxmemory-policy allkeys-lru may evict ...; use noeviction"), or empty when it evicts
+// nothing of ours (noeviction) or is unknown. allkeys-* may evict lock keys and the fencing
+// counter, volatile-* lock keys (they have a ttl): an evicted lock key lets a second client
+// take the lock on that master while the first still holds it.
+[[nodiscard]] std::string eviction_risk(std::string_view policy, std::string_view fence_key);
 
 // The handshake's own replies, read into `info` (free functions so they can be fuzzed).
 // INFO server: run_id and uptime_in_seconds, read at `read_at_ns` (loop time), set run_id and
