@@ -35,12 +35,20 @@ EventLoop::EventLoop(uv_loop_t* external) {
     }
     loop_ = own_loop_.get();
   }
+  try {
+    start();
+  } catch (...) {
+    abandon();
+    throw;
+  }
+}
+
+void EventLoop::start() {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   wake_ = make_uv_handle<uv_poll_t>();
   if (const int rc = uv_poll_init(loop_, wake_.get(), wake_fd_); rc != 0) {
     delete wake_.release();  // never initialised: not for uv_close
-    ::close(wake_fd_);
     throw std::runtime_error(std::string("uv_poll_init: ") + uv_strerror(rc));
   }
   wake_->data = this;
@@ -72,6 +80,21 @@ EventLoop::EventLoop(uv_loop_t* external) {
       note_loop_thread();
       uv_run(loop_, UV_RUN_DEFAULT);
     });
+  }
+}
+
+void EventLoop::abandon() noexcept {
+  // Every handle that was made was initialised (only uv_poll_init can fail, and start() drops
+  // that one itself), so each closes; an owned loop runs their close callbacks and closes.
+  check_.reset();
+  idle_.reset();
+  prepare_.reset();
+  timer_.reset();
+  wake_.reset();
+  if (wake_fd_ >= 0) ::close(std::exchange(wake_fd_, -1));
+  if (own_loop_) {
+    uv_run(loop_, UV_RUN_DEFAULT);
+    uv_loop_close(loop_);
   }
 }
 

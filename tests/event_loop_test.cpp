@@ -1,16 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
-// The Client's event loop on its own (lib/detail/event_loop.h): timers. No Redis needed.
+// The Client's event loop on its own (lib/detail/event_loop.h): timers, and a start that
+// fails. No Redis needed.
 #include "detail/event_loop.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <string>
+
+#include <uv.h>
 
 namespace redlock::detail {
 namespace {
@@ -112,6 +119,51 @@ TEST(EventLoopTest, ATaskCancelledByAnEarlierTaskOfThePassDoesNotRun) {
   EXPECT_EQ(result.get(), "TA");
   ASSERT_TRUE(loop.post([&] { loop.close(); }));
   loop.join();
+}
+
+std::size_t open_fds() {
+  return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                                std::filesystem::directory_iterator()));
+}
+
+// A loop that cannot start (here: no descriptor left for its eventfd once libuv's loop has
+// its own) says why and leaves nothing open: the constructor's half-made loop is closed.
+TEST(EventLoopTest, ALoopThatCannotStartSaysWhyAndLeavesNoDescriptorOpen) {
+  // libuv's process-wide setup (a pipe, made by the first loop) aborts if it fails: done first.
+  uv_loop_t warm_up;
+  ASSERT_EQ(uv_loop_init(&warm_up), 0);
+  ASSERT_EQ(uv_loop_close(&warm_up), 0);
+  // Descriptors are handed out lowest first: with the limit `spare` above the lowest free one,
+  // exactly `spare` more can be opened. More each time until the loop starts; the first
+  // failures are libuv's own loop (uv_loop_init), then ours.
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  bool eventfd_failed = false;
+  for (rlim_t spare = 1; spare <= 16; ++spare) {
+    // (Again each time: libuv 1.44's uv_loop_init leaves a descriptor open when it fails.)
+    const int lowest_free = ::dup(0);
+    ASSERT_GE(lowest_free, 0);
+    ::close(lowest_free);
+    const std::size_t before = open_fds();
+    std::string error;
+    rlimit limited = saved;
+    limited.rlim_cur = static_cast<rlim_t>(lowest_free) + spare;
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &limited), 0);
+    try {
+      EventLoop loop(nullptr);
+      ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+      ASSERT_TRUE(loop.post([&] { loop.close(); }));
+      break;  // started: the constructor's failure paths are all behind
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+    if (error.rfind("uv_loop_init", 0) == 0) continue;  // libuv's own failure, before ours
+    EXPECT_NE(error.find("eventfd"), std::string::npos) << error;
+    eventfd_failed = true;
+    EXPECT_EQ(open_fds(), before) << "a loop that failed to start left a descriptor open: " << error;
+  }
+  EXPECT_TRUE(eventfd_failed) << "no limit made the eventfd fail";
 }
 
 }  // namespace

@@ -74,6 +74,8 @@ class EventLoop {
   void close();
 
  private:
+  void start();              // the constructor's part after the loop exists
+  void abandon() noexcept;   // start() threw: close what it opened (the destructor will not run)
   static void on_wake(uv_poll_t* handle, int status, int events);
   static void on_timer(uv_timer_t* handle);
   static void on_prepare(uv_prepare_t* handle);
