@@ -14,8 +14,9 @@
 #include <filesystem>
 #include <functional>
 #include <future>
-#include <iterator>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace redlock::detail {
 namespace {
@@ -119,10 +120,50 @@ TEST(EventLoopTest, ATaskCancelledByAnEarlierTaskOfThePassDoesNotRun) {
   loop.join();
 }
 
-std::size_t open_fds() {
-  return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
-                                                std::filesystem::directory_iterator()));
-}
+// Descriptors held open so that exactly as many as a test wants are left under a lowered
+// RLIMIT_NOFILE (ctest and the runtime leave gaps in the low numbers, so "lowest first" alone
+// would not say how many are free).
+class DescriptorSqueeze {
+ public:
+  DescriptorSqueeze() {
+    if (::getrlimit(RLIMIT_NOFILE, &saved_) != 0) throw std::runtime_error("getrlimit");
+    int highest = 2;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      highest = std::max(highest, std::stoi(entry.path().filename().string()));
+    }
+    rlimit window = saved_;
+    window.rlim_cur = static_cast<rlim_t>(highest) + 64;
+    lower_ = window;
+    limit();
+    fill();
+  }
+  ~DescriptorSqueeze() {
+    unlimit();
+    for (const int fd : held_) ::close(fd);
+  }
+  DescriptorSqueeze(const DescriptorSqueeze&) = delete;
+  DescriptorSqueeze& operator=(const DescriptorSqueeze&) = delete;
+
+  void leave_free(std::size_t count) {
+    for (std::size_t i = 0; i < count && !held_.empty(); ++i) {
+      ::close(held_.back());
+      held_.pop_back();
+    }
+  }
+  // Takes every free descriptor under the limit; returns how many there were.
+  std::size_t fill() {
+    std::size_t taken = 0;
+    for (int fd = ::dup(0); fd >= 0; fd = ::dup(0), ++taken) held_.push_back(fd);
+    return taken;
+  }
+  void limit() { ::setrlimit(RLIMIT_NOFILE, &lower_); }
+  void unlimit() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
+
+ private:
+  rlimit saved_{};
+  rlimit lower_{};
+  std::vector<int> held_;
+};
 
 // A loop that cannot start (here: no descriptor left for its eventfd once libuv's loop has
 // its own) says why and leaves nothing open: the constructor's half-made loop is closed.
@@ -134,39 +175,31 @@ TEST(EventLoopTest, ALoopThatCannotStartSaysWhyAndLeavesNoDescriptorOpen) {
     EventLoop warm_up(nullptr);
     ASSERT_TRUE(warm_up.post([&] { warm_up.close(); }));
   }
-  // Descriptors are handed out lowest first: with the limit `spare` above the lowest free one,
-  // exactly `spare` more can be opened. More each time until the loop starts; the first
-  // failures are libuv's own loop (uv_loop_init), then ours.
-  rlimit saved{};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  // More descriptors free each time, until the loop starts: the first failures are libuv's
+  // own loop (uv_loop_init, which leaves a descriptor open when it fails: not counted), then ours.
+  DescriptorSqueeze squeeze;
   bool eventfd_failed = false;
-  for (rlim_t spare = 1; spare <= 16; ++spare) {
-    // (Again each time: libuv 1.44's uv_loop_init leaves a descriptor open when it fails.)
-    const int lowest_free = ::dup(0);
-    ASSERT_GE(lowest_free, 0);
-    ::close(lowest_free);
-    const std::size_t before = open_fds();
+  for (std::size_t spare = 1; spare <= 16; ++spare) {
+    squeeze.leave_free(spare);
     std::string error;
-    rlimit limited = saved;
-    limited.rlim_cur = static_cast<rlim_t>(lowest_free) + spare;
-    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &limited), 0);
-    // The limit is restored before anything else runs: UBSan's checks (e.what() is a virtual
-    // call) may need a descriptor of their own.
+    std::size_t free_after = 0;
     try {
       EventLoop loop(nullptr);
-      ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+      squeeze.unlimit();
       ASSERT_TRUE(loop.post([&] { loop.close(); }));
       break;  // started: the constructor's failure paths are all behind
     } catch (const std::exception& e) {
-      ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+      free_after = squeeze.fill();
+      squeeze.unlimit();  // before e.what(): UBSan's check of that virtual call may need a descriptor
       error = e.what();
+      squeeze.limit();
     }
-    if (error.rfind("uv_loop_init", 0) == 0) continue;  // libuv's own failure, before ours
+    if (error.rfind("uv_loop_init", 0) == 0) continue;
     EXPECT_NE(error.find("eventfd"), std::string::npos) << error;
     eventfd_failed = true;
-    EXPECT_EQ(open_fds(), before) << "a loop that failed to start left a descriptor open: " << error;
+    EXPECT_EQ(free_after, spare) << "a loop that failed to start left a descriptor open: " << error;
   }
-  EXPECT_TRUE(eventfd_failed) << "no limit made the eventfd fail";
+  EXPECT_TRUE(eventfd_failed) << "no number of free descriptors made the eventfd fail";
 }
 
 }  // namespace
