@@ -109,9 +109,10 @@ void MasterSet::on_ready(std::uint32_t index) {
     diagnostics_.warn("masters " + names_[other] + " and " + names_[index] + " are the same server (run_id " +
                       incarnation.run_id + "): they give one vote between them; list every server once");
   }
-  if (auto risk = eviction_risk(info.maxmemory_policy, options_.fence_key); !risk.empty()) {
-    diagnostics_.warn("master " + names_[index] + ": " + risk);
-  }
+  // Again only when the policy changes (every reconnect reads it), not at every reconnect.
+  std::string risk = eviction_risk(info.maxmemory_policy, options_.fence_key);
+  if (!risk.empty() && risk != warned_[index].eviction) diagnostics_.warn("master " + names_[index] + ": " + risk);
+  warned_[index].eviction = std::move(risk);
 }
 
 // Once per master and problem: again only if the problem changes (re-checked on every

@@ -3,6 +3,7 @@
 // fails. No Redis needed.
 #include "detail/event_loop.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -136,6 +137,7 @@ class DescriptorSqueeze {
     lower_ = window;
     limit();
     fill();
+    unlimit();  // lowered again around each attempt
   }
   ~DescriptorSqueeze() {
     unlimit();
@@ -153,13 +155,17 @@ class DescriptorSqueeze {
   // Takes every free descriptor under the limit; returns how many there were.
   std::size_t fill() {
     std::size_t taken = 0;
-    for (int fd = ::dup(0); fd >= 0; fd = ::dup(0), ++taken) held_.push_back(fd);
+    for (int fd = take(); fd >= 0; fd = take(), ++taken) held_.push_back(fd);
     return taken;
   }
-  void limit() { ::setrlimit(RLIMIT_NOFILE, &lower_); }
-  void unlimit() { ::setrlimit(RLIMIT_NOFILE, &saved_); }
+  void limit() {
+    if (::setrlimit(RLIMIT_NOFILE, &lower_) != 0) throw std::runtime_error("setrlimit (lower)");
+  }
+  void unlimit() noexcept { ::setrlimit(RLIMIT_NOFILE, &saved_); }
 
  private:
+  static int take() noexcept { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
+
   rlimit saved_{};
   rlimit lower_{};
   std::vector<int> held_;
@@ -180,6 +186,7 @@ TEST(EventLoopTest, ALoopThatCannotStartSaysWhyAndLeavesNoDescriptorOpen) {
   DescriptorSqueeze squeeze;
   bool eventfd_failed = false;
   for (std::size_t spare = 1; spare <= 16; ++spare) {
+    squeeze.limit();
     squeeze.leave_free(spare);
     std::string error;
     std::size_t free_after = 0;
@@ -190,9 +197,10 @@ TEST(EventLoopTest, ALoopThatCannotStartSaysWhyAndLeavesNoDescriptorOpen) {
       break;  // started: the constructor's failure paths are all behind
     } catch (const std::exception& e) {
       free_after = squeeze.fill();
-      squeeze.unlimit();  // before e.what(): UBSan's check of that virtual call may need a descriptor
+      // Unlimited again before anything else: UBSan's check of a virtual call (e.what(), and
+      // gtest's messages) may need a descriptor of its own.
+      squeeze.unlimit();
       error = e.what();
-      squeeze.limit();
     }
     if (error.rfind("uv_loop_init", 0) == 0) continue;
     EXPECT_NE(error.find("eventfd"), std::string::npos) << error;

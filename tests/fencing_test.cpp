@@ -284,7 +284,7 @@ TEST(FencingRounds, AnEvictingMaxmemoryPolicyIsWarnedAbout) {
   };
   Client client(options);
   ASSERT_TRUE(client.wait_connected(3, 5s));
-  const std::lock_guard lock(*guard);
+  std::unique_lock lock(*guard);
   ASSERT_EQ(warnings->size(), 2u);
   for (const std::size_t master : {std::size_t{1}, std::size_t{2}}) {
     const std::string name = masters[master].uri().substr(8);
@@ -296,6 +296,23 @@ TEST(FencingRounds, AnEvictingMaxmemoryPolicyIsWarnedAbout) {
     EXPECT_NE(it->find("use noeviction"), std::string::npos) << *it;
     EXPECT_EQ(it->find("volatile-*"), std::string::npos) << "a volatile policy evicts lock keys too: " << *it;
   }
+  warnings->clear();
+  // Every reconnect reads the policy again: a warning only for the one that changed.
+  masters[1].command({"CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"});
+  masters[1].command({"CLIENT", "KILL", "TYPE", "normal"});
+  masters[2].command({"CLIENT", "KILL", "TYPE", "normal"});
+  lock.unlock();
+  // A vote from each shows its connection is back, past the handshake that read the policy.
+  ASSERT_TRUE(eventually([&] {
+    const Result r = client.acquire("eviction-reconnected");
+    if (r.lock) client.release(*r.lock);
+    return r.masters[1].status == MasterStatus::ok && r.masters[2].status == MasterStatus::ok;
+  }));
+  lock.lock();
+  std::string all;
+  for (const auto& w : *warnings) all += w + "\n";
+  ASSERT_EQ(warnings->size(), 1u) << "one warning, for the changed policy only:\n" << all;
+  EXPECT_NE(warnings->front().find("allkeys-lfu"), std::string::npos) << warnings->front();
 }
 
 // A holder paused (SIGSTOP) past its validity wakes up and writes with its old token after

@@ -83,6 +83,7 @@ class MasterSet {
   struct Warned {
     bool twin = false;              // another configured master is this same server
     std::string permission;         // the permission problem last warned about ("" = none)
+    std::string eviction;           // the eviction risk last warned about ("" = none)
   };
   void on_ready(std::uint32_t index);
   void warn_permissions(std::uint32_t index);
