@@ -128,7 +128,8 @@ struct ClientOptions {
   bool fence_catch_up = true;
 
   // Called (on the loop thread) with warnings about the masters' configuration, e.g. a
-  // maxmemory-policy that could evict lock keys or the fencing counter. Default: print to stderr.
+  // maxmemory-policy that could evict lock keys or the fencing counter, once per master and
+  // problem. Default: print to stderr. It must not destroy the Client.
   std::function<void(const std::string&)> on_warning;
 
   // How to speak TLS to the rediss:// masters (redlock/tls.h: CA, client certificate, name,
