@@ -127,9 +127,10 @@ struct ClientOptions {
   // Turning this off exists only to demonstrate why it is needed. Default on.
   bool fence_catch_up = true;
 
-  // Called (on the loop thread) with warnings about the masters' configuration, e.g. a
-  // maxmemory-policy that could evict lock keys or the fencing counter, once per master and
-  // problem. Default: print to stderr. It must not destroy the Client.
+  // Called (on the loop thread) with warnings: about the masters' configuration (e.g. a
+  // maxmemory-policy that could evict lock keys or the fencing counter; once per master and
+  // problem), TLS verification switched off, and each cleanup release a master refused.
+  // Default: print to stderr. It must not destroy the Client.
   std::function<void(const std::string&)> on_warning;
 
   // How to speak TLS to the rediss:// masters (redlock/tls.h: CA, client certificate, name,
