@@ -17,6 +17,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <future>
 #include <latch>
 #include <memory>
 #include <string>
@@ -26,6 +27,7 @@
 #include <benchmark/benchmark.h>
 
 #include "alloc_counter.h"
+#include "detail/event_loop.h"
 #include "redlock/redlock.h"
 #include "support/redis_server.h"
 #include "sys.h"
@@ -323,6 +325,39 @@ void BM_HandOff_InvalidResource(benchmark::State& state) {
   state.counters["unexpected"] = static_cast<double>(unexpected);
 }
 BENCHMARK(BM_HandOff_InvalidResource)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// One pass of the loop's timers in which every task due schedules another task, due at once
+// and ahead of the rest of the pass in deadline order (lib/detail/event_loop.h: those wait
+// for the next pass). N tasks, then N more: about N log N. A pass that rescanned from the
+// start past the new tasks (before d2ec4c0) cost N squared: Complexity() prints which.
+void BM_TimerPass_EachDueTaskSchedulesOneDue(benchmark::State& state) {
+  redlock::detail::EventLoop loop(nullptr);
+  const auto n = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    std::promise<void> done;
+    std::size_t ran = 0;
+    loop.post([&] {
+      const std::uint64_t due = redlock::detail::now_ns();
+      for (std::size_t i = 0; i < n; ++i) {
+        loop.schedule_at(due + 1 + i, [&, due] {
+          loop.schedule_at(due, [&] {
+            if (++ran == n) done.set_value();
+          });
+        });
+      }
+    });
+    done.get_future().wait();
+  }
+  loop.post([&] { loop.close(); });
+  loop.join();
+  state.SetComplexityN(state.range(0));
+}
+BENCHMARK(BM_TimerPass_EachDueTaskSchedulesOneDue)
+    ->RangeMultiplier(4)
+    ->Range(256, 16384)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Complexity(benchmark::oNLogN);
 
 // The syscall behind every token: 16 bytes from getrandom(2) (the library then hex-encodes
 // them; that part is internal and not measured here).
