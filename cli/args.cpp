@@ -328,6 +328,8 @@ std::string in_cli_terms(std::string_view library_text) {
   return out;
 }
 
+namespace {
+
 std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& error) {
   // (By type: CLI11 names an ExtrasError after the app, not after its class.)
   const bool extras = dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr;
@@ -364,6 +366,8 @@ std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& err
   }
   return message;
 }
+
+}  // namespace
 
 CommandLineShape peek_command_line(int argc, char** argv) {
   CommandLineShape shape;
@@ -439,6 +443,8 @@ std::vector<std::string> split_masters(std::string_view text) {
   }
   return out;
 }
+
+namespace {
 
 void define_interface(CLI::App& app, Args& args) {
   app.description(kDescription);
@@ -560,6 +566,10 @@ void define_interface(CLI::App& app, Args& args) {
   status->add_option("RESOURCE", args.resource, "Name of a lock to show the holders of");
 }
 
+}  // namespace
+
+namespace {
+
 void finish_parse(const CLI::App& app, Args& args) {
   args.retry_count_given = app.count("--retry-count") > 0;
   args.conflict_exit_code_given = app.count("--conflict-exit-code") > 0;
@@ -576,6 +586,30 @@ void finish_parse(const CLI::App& app, Args& args) {
   } else {
     args.command = CommandKind::acquire;
   }
+}
+
+}  // namespace
+
+ParsedCommandLine parse_command_line(int argc, char** argv, Args& args) {
+  CLI::App app;
+  app.name("redlock");
+  define_interface(app, args);
+  ParsedCommandLine parsed;
+  try {
+    app.parse(argc, argv);
+    finish_parse(app, args);
+  } catch (const CLI::ParseError& error) {
+    hide_command_line_secrets(argc, argv);
+    if (error.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      parsed.exit_code = app.exit(error);  // --help, --version: printed
+    } else {
+      parsed.usage_error = describe_parse_error(app, error);
+    }
+    return parsed;
+  }
+  // CLI11 has its own copies now; what ps shows (/proc/PID/cmdline) is this memory.
+  hide_command_line_secrets(argc, argv);
+  return parsed;
 }
 
 Settings resolve(const Args& args) {

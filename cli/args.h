@@ -13,11 +13,6 @@
 #include "exit_codes.h"
 #include "redlock/options.h"
 
-namespace CLI {
-class App;
-class ParseError;
-}
-
 namespace redlock_cli {
 
 // Bad input found by the tool itself (exit 64). The library reports its own as
@@ -107,19 +102,22 @@ inline constexpr const char* kInsecureWarning =
     "warning: --tls-insecure-skip-verify: the masters' TLS certificates are NOT checked; anyone on the network "
     "path can impersonate them and read or change every command, passwords included. For tests only";
 
-// Defines the options and subcommands on `app`, writing into `args`.
-void define_interface(CLI::App& app, Args& args);
-// After a successful app.parse(): records which subcommand ran and which options were given.
-void finish_parse(const CLI::App& app, Args& args);
+// Parses the command line into `args` (CLI11 is used in args.cpp only), then overwrites the
+// secrets in argv (hide_command_line_secrets: CLI11 has its own copies by then).
+// The options are described by `redlock --help`, cli/README.md and define_interface in args.cpp.
+struct ParsedCommandLine {
+  std::optional<int> exit_code;            // --help or --version: printed; exit with this
+  std::optional<std::string> usage_error;  // refused: the message, naming the unknown
+                                           // subcommand or option (with the closest known
+                                           // name when one is near) or the unexpected word;
+                                           // else CLI11's own text
+};
+[[nodiscard]] ParsedCommandLine parse_command_line(int argc, char** argv, Args& args);
+
 // Validates and converts. Throws UsageError naming the bad value. (Master URIs are checked by
 // the library when the Client is built: redlock::ConfigError.) The masters come from the
 // first of: -m/--master, --masters-file (not both), $REDLOCK_MASTERS_FILE, $REDLOCK_MASTERS.
 [[nodiscard]] Settings resolve(const Args& args);
-
-// The message for a command line CLI11 refused, naming the unknown subcommand or option (with
-// the closest known name when one is near) or the unexpected word; else CLI11's own text.
-// Call after app.parse() threw `error`.
-[[nodiscard]] std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& error);
 
 // What can be told of a command line before (or without) parsing it: whether --json was given
 // and the subcommand's name ("" when none is recognisable), so that a usage error can be

@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 // redlock — command-line front end of the Redlock library. See cli/README.md.
-#include <CLI/CLI.hpp>
-
 #include <exception>
 #include <string>
 #include <string_view>
@@ -55,20 +53,12 @@ int main(int argc, char** argv) {
   // What a usage error needs before the command line has parsed: --json, and which subcommand.
   const CommandLineShape shape = peek_command_line(argc, argv);
   Args args;
-  CLI::App app;
-  app.name("redlock");
-  define_interface(app, args);
-  try {
-    app.parse(argc, argv);
-    finish_parse(app, args);
-  } catch (const CLI::ParseError& error) {
-    hide_command_line_secrets(argc, argv);
-    if (error.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(error);  // --help
-    return report_error(shape.json, shape.command, "usage_error", describe_parse_error(app, error), kExitUsage,
+  const ParsedCommandLine parsed = parse_command_line(argc, argv, args);
+  if (parsed.exit_code) return *parsed.exit_code;
+  if (parsed.usage_error) {
+    return report_error(shape.json, shape.command, "usage_error", *parsed.usage_error, kExitUsage,
                         "\nRun 'redlock --help' for usage.");
   }
-  // CLI11 has its own copies now; what ps shows (/proc/PID/cmdline) is this memory.
-  hide_command_line_secrets(argc, argv);
 
   const std::string command = command_name(args.command);
   try {
