@@ -151,7 +151,7 @@ std::string suggestion(std::string_view word, const std::vector<std::string>& kn
   return best.empty() ? std::string() : "; did you mean '" + best + "'?";
 }
 
-constexpr const char* kSubcommands[] = {"acquire", "release", "extend", "run"};
+constexpr const char* kSubcommands[] = {"acquire", "release", "extend", "run", "status"};
 
 // Every long option name ("--ttl") of `app` and of its subcommands.
 void collect_option_names(const CLI::App& app, std::vector<std::string>& out) {
@@ -341,7 +341,7 @@ std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& err
     if (word != "--") left.push_back(word);
   }
   const std::vector<std::string> subcommands(std::begin(kSubcommands), std::end(kSubcommands));
-  const std::string expected = "expected one of acquire, release, extend, run";
+  const std::string expected = "expected one of acquire, release, extend, run, status";
   if (app.get_subcommands().empty()) {
     // No subcommand was recognised: the first word that is not an option was meant as one.
     for (const auto& word : left) {

@@ -864,6 +864,13 @@ TEST_F(CliTest, UsageErrorsNameTheUnknownWord) {
   EXPECT_NE(sub.err.find("unknown subcommand 'aquire'"), std::string::npos) << sub.err;
   EXPECT_NE(sub.err.find("did you mean 'acquire'"), std::string::npos) << sub.err;
 
+  // Every subcommand is a candidate, status included.
+  const Finished status = redlock({"stauts"});
+  EXPECT_EQ(status.exit_code, 64) << describe(status);
+  EXPECT_NE(status.err.find("did you mean 'status'"), std::string::npos) << status.err;
+  EXPECT_NE(status.err.find("expected one of acquire, release, extend, run, status"), std::string::npos)
+      << status.err;
+
   const Finished far = redlock({"frobnicate", "job"});
   EXPECT_EQ(far.exit_code, 64) << describe(far);
   EXPECT_NE(far.err.find("unknown subcommand 'frobnicate'"), std::string::npos) << far.err;
@@ -972,6 +979,9 @@ TEST_F(CliTest, JsonOutputHasTheSameKeysForEveryOutcome) {
   EXPECT_EQ(usage.value("resource", ""), "job") << usage;
   const auto parse = check("unknown subcommand", {"--json", "aquire", "job"}, 64, false);
   EXPECT_NE(parse.value("message", "").find("unknown subcommand 'aquire'"), std::string::npos) << parse;
+  // A usage error names the subcommand it was meant for, status included.
+  const auto status_usage = check("status unknown option", {"--json", "status", "--bogus"}, 64, false);
+  EXPECT_EQ(status_usage.value("command", nlohmann::json()), nlohmann::json("status")) << status_usage;
   check("bad token", {"--json", "release", "job", "xyz"}, 64, false);
   check("run", {"--json", "run", "job", "--", "true"}, 0, true);
   acquire_token("held");
