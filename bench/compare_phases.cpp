@@ -1269,17 +1269,19 @@ class ZoneProxies {
       throw;
     }
     // A route's listen fd belongs to run_delay_proxies once its thread runs (closed on every
-    // way out); the ones not yet handed over are closed here if a thread cannot start.
-    threads_.reserve(routes.size());
+    // way out); the ones not yet handed over are closed here if anything fails before.
     std::size_t started = 0;
     try {
+      threads_.reserve(routes.size());
       for (; started < routes.size(); ++started) {
-        threads_.emplace_back([this, route = routes[started]] {
+        std::vector<redlock::support::ProxyRoute> one{routes[started]};
+        threads_.emplace_back([this, one = std::move(one)] {
           try {
-            redlock::support::run_delay_proxies({route}, stop_);
+            redlock::support::run_delay_proxies(one, stop_);
           } catch (const std::exception& e) {
             const std::lock_guard lock(mutex_);
-            error_ = e.what();
+            error_ += (error_.empty() ? "" : "; ") + std::string("route to port ") +
+                      std::to_string(one.front().target_port) + ": " + e.what();
           }
         });
       }
