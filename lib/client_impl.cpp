@@ -558,6 +558,13 @@ void ClientImpl::wake_announced() {
   for (const std::string& key : keys) wake_waiters(key);
 }
 
+// A wake-up goes to one waiter of the key: the first of this Client's (they queue in the order
+// of their first failed attempt) that can still try before its deadline. Only one waiter of a
+// Client can win a handoff, so the Client retries as one waiter would: one attempt per
+// wake-up, spaced by that waiter's free-retry backoff; the others wait behind it (their own
+// polls still run) and move up when it is granted, gives up or is cancelled. Waking every
+// waiter made a PUBLISH flood cost one round per waiter per message on every master, and kept
+// the loop from its timers (AttackWaitTest, AttackLeaseTest).
 void ClientImpl::wake_waiters(const std::string& key) {
   const auto it = waiting_.find(key);
   if (it == waiting_.end()) return;
@@ -568,21 +575,25 @@ void ClientImpl::wake_waiters(const std::string& key) {
     if (op_it == operations_.end()) continue;
     const std::shared_ptr<Operation>& op = op_it->second;
     AcquirePart& acquire = op->acquire();
+    const std::uint64_t deadline = retry_deadline(acquire);
+    if (deadline != 0 && now >= deadline) continue;  // about to give up: the next one tries
     if (acquire.retry_timer == 0) {
       acquire.woken = true;  // an attempt is out: retry at once if it fails
-      continue;
+      return;
     }
-    if (acquire.wake_scheduled) continue;
-    const std::uint64_t deadline = retry_deadline(acquire);
-    if (deadline != 0 && now >= deadline) continue;
+    if (acquire.wake_scheduled) return;
     // Backed off (note_failure): never later than the retry already scheduled.
     const std::uint64_t at = std::max(now + wake_jitter_ns(), acquire.free_not_before_ns);
-    if (at >= acquire.retry_at_ns) continue;
+    if (at >= acquire.retry_at_ns) {
+      if (acquire.giving_up) continue;  // no retry left before its deadline: the next one tries
+      return;                           // its own retry comes sooner: the Client's next attempt
+    }
     // A wake-up that replaces a counted retry gives it back: it did not happen.
     if (acquire.polling && acquire.retries_left >= 0) ++acquire.retries_left;
     arm_retry(op, at, false);
     acquire.wake_scheduled = true;
     acquire.free_retry = true;
+    return;
   }
 }
 

@@ -324,6 +324,47 @@ TEST(AttackWaitTest, APublishFloodDoesNotMakeWaitersRetryAtRoundTripRate) {
   holder.release(*held.lock);
 }
 
+// FAILS (amplification): every waiter of a key woken by each announcement. 500 waiters of
+// one key on one Client (a server's request threads waiting for the same lock) each retried
+// on a PUBLISH flood, each spending its own free-retry spacing: one PUBLISH cost 500 rounds
+// on every master, and a flood thousands per second, which also kept the Client's loop busy
+// (AttackLeaseTest.APublishFloodOnAKeyWithManyWaitersDoesNotDelayALeasesLossSignal). Only one
+// of them can win a handoff: the Client must cost the masters what one waiter costs.
+TEST(AttackWaitTest, APublishFloodCostsTheMastersOneWaitersRoundsHoweverManyWaitOnOneClient) {
+  RedisServerGroup masters(3);
+  auto holder_options = options_for(masters);
+  holder_options.ttl = 30s;
+  Client holder(holder_options);
+  auto waiter_options = options_for(masters);
+  waiter_options.retry_delay = 10s;  // no poll within the test
+  Client waiter(waiter_options);
+  ASSERT_TRUE(holder.wait_connected(3, 5s));
+  ASSERT_TRUE(waiter.wait_connected(3, 5s));
+  const Result held = holder.acquire("herd");
+  ASSERT_TRUE(held) << format_result(held);
+  constexpr int kWaiters = 500;
+  AcquireOptions wait;
+  wait.retry_count = -1;
+  wait.wait = 30s;
+  for (int i = 0; i < kWaiters; ++i) waiter.acquire_async("herd", [](Result) {}, wait);
+  // Every waiter made its first attempt (SET) and the key's subscription is confirmed; its
+  // confirmation's wake-up has been tried.
+  ASSERT_TRUE(eventually([&] { return command_calls(masters[0], "set") >= kWaiters + 1; }, 10s));
+  ASSERT_TRUE(eventually([&] { return channel_subscribers(masters[0], held.lock->key) >= 1; }, 10s));
+  std::this_thread::sleep_for(500ms);
+  const long long before = command_calls(masters[0], "evalsha");
+  PublishFlood flood(masters[0].port(), held.lock->key, 50, 1ms);
+  std::this_thread::sleep_for(1s);
+  flood.stop();
+  std::this_thread::sleep_for(200ms);  // the last woken rounds answered
+  // A waiting retry is one EVALSHA, its failed attempt's release another.
+  const long long retries = (command_calls(masters[0], "evalsha") - before) / 2;
+  std::printf("[figure] PUBLISH flood (%lld messages, 1 s) on a key with %d waiters on one Client: %lld retries\n",
+              flood.published(), kWaiters, retries);
+  EXPECT_LE(retries, kAttemptBound) << "the Client retried per waiter, not as one";
+  holder.release(*held.lock);
+}
+
 // HELD UP: a release announced on a minority (here: a forged PUBLISH on one master while the
 // holder still holds the key on all three) wakes the waiter, whose retry is still a SET NX
 // PX that needs a quorum: nothing is granted while the holder holds.

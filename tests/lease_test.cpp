@@ -36,14 +36,6 @@ ClientOptions lease_options(const RedisServerGroup& masters, Milliseconds comman
   return options;
 }
 
-// The master's own count of EVALSHA calls (every extend and release of the library).
-long long evalsha_calls(const RedisServer& server) {
-  const Reply info = server.command({"INFO", "commandstats"});
-  const auto at = info.str.find("cmdstat_evalsha:calls=");
-  if (at == std::string::npos) return 0;
-  return std::stoll(info.str.substr(at + std::string("cmdstat_evalsha:calls=").size()));
-}
-
 long long pttl(const RedisServer& server, const std::string& key) { return server.command({"PTTL", key}).integer; }
 
 // What on_lost and a stop_callback saw, written on the loop thread.
@@ -222,9 +214,9 @@ void majority_frozen(std::size_t n) {
   // key runs out.
   const std::size_t awake = n - 1;
   std::this_thread::sleep_for(150ms);  // a renewal sent just before the signal has answered
-  const long long calls = evalsha_calls(masters[awake]);
+  const long long calls = command_calls(masters[awake], "evalsha");
   std::this_thread::sleep_for(1500ms);
-  EXPECT_EQ(evalsha_calls(masters[awake]), calls) << "a renewal was sent after the loss";
+  EXPECT_EQ(command_calls(masters[awake], "evalsha"), calls) << "a renewal was sent after the loss";
   EXPECT_LT(pttl(masters[awake], held.lock->key), 0) << "the key should have expired";
   {
     const std::lock_guard guard(loss.mutex);
@@ -270,9 +262,9 @@ TEST(LeaseTest, LossIsSignalledWhenTheKeyIsDeletedOnAQuorum) {
   // Never recreated, never renewed again.
   EXPECT_EQ(with_key(masters, held.lock->key), 1u);
   std::this_thread::sleep_for(100ms);
-  const long long calls = evalsha_calls(masters[2]);
+  const long long calls = command_calls(masters[2], "evalsha");
   std::this_thread::sleep_for(1200ms);
-  EXPECT_EQ(evalsha_calls(masters[2]), calls) << "a renewal was sent after the loss";
+  EXPECT_EQ(command_calls(masters[2], "evalsha"), calls) << "a renewal was sent after the loss";
   EXPECT_EQ(with_key(masters, held.lock->key), 0u);
 }
 
@@ -320,11 +312,11 @@ TEST(LeaseTest, DestroyingALeaseWhileItsRenewalIsInFlightIsClean) {
   options.renew_fraction = 0.1;  // a renewal after 500 ms, hanging on the frozen masters
   std::atomic<int> lost_calls{0};
   options.on_lost = [&](LossReason, const Lock&) { ++lost_calls; };
-  const long long before = evalsha_calls(masters[2]);
+  const long long before = command_calls(masters[2], "evalsha");
   auto lease = std::make_unique<Lease>(client.keep(*held.lock, options));
   masters[0].freeze();
   masters[1].freeze();
-  ASSERT_TRUE(eventually([&] { return evalsha_calls(masters[2]) > before; }, 3s)) << "no renewal was sent";
+  ASSERT_TRUE(eventually([&] { return command_calls(masters[2], "evalsha") > before; }, 3s)) << "no renewal was sent";
   lease.reset();  // the renewal is still waiting on the frozen masters
   std::this_thread::sleep_for(2s);  // it times out, answers a freed handle's shared state
   EXPECT_EQ(lost_calls.load(), 0);
@@ -504,7 +496,7 @@ TEST(LeaseTest, OnRenewedIsCalledForEachRenewalWithItsNewDeadline) {
     const std::lock_guard guard(mutex);
     deadlines.push_back(result.lock ? result.lock->deadline : steady_clock::time_point{});
   };
-  const long long before = evalsha_calls(masters[0]);
+  const long long before = command_calls(masters[0], "evalsha");
   Lease lease = client.keep(*held.lock, options);
   std::this_thread::sleep_for(1500ms);
   ASSERT_TRUE(lease);
@@ -512,7 +504,7 @@ TEST(LeaseTest, OnRenewedIsCalledForEachRenewalWithItsNewDeadline) {
   const Result done = lease.release();
   EXPECT_EQ(done.outcome, Outcome::released) << format_result(done);
   std::this_thread::sleep_for(200ms);  // a reply still in flight at the release must not be reported
-  const long long sent = evalsha_calls(masters[0]) - before - 1;  // less the release
+  const long long sent = command_calls(masters[0], "evalsha") - before - 1;  // less the release
   const std::lock_guard guard(mutex);
   const auto calls = static_cast<long long>(deadlines.size());
   std::printf("[figure] on_renewed: %lld calls for %lld renewals sent in 1.5 s (ttl 300 ms)\n", calls, sent);

@@ -60,6 +60,16 @@ inline std::size_t holding(const RedisServerGroup& group, const std::string& key
   return count;
 }
 
+// The master's own count of calls of `command` (lower case, as INFO commandstats names it:
+// "evalsha" counts every extend, release and waiting retry of the library, "set" first attempts).
+inline long long command_calls(const RedisServer& server, const std::string& command) {
+  const Reply info = server.command({"INFO", "commandstats"});
+  const std::string field = "cmdstat_" + command + ":calls=";
+  const auto at = info.str.find(field);
+  if (at == std::string::npos) return 0;
+  return std::stoll(info.str.substr(at + field.size()));
+}
+
 inline std::size_t with_key(const RedisServerGroup& group, const std::string& key) {
   std::size_t count = 0;
   for (std::size_t i = 0; i < group.size(); ++i) {
