@@ -64,7 +64,7 @@ ClientImpl::ClientImpl(ClientOptions options)
       masters_(*loop_, options_, endpoints_, commands_, diagnostics_, tls_.get()),
       round_context_{*loop_, masters_, commands_, diagnostics_, *clock_, options_.command_timeout, deadlines_, command_buffer_},
       watch_(*loop_, options_, endpoints_, tls_.get(), masters_,
-             [this](const std::string& key) { on_release_announced(key); }) {
+             [this](const std::string& key, bool everyone) { on_release_announced(key, everyone); }) {
   // Connections are created on the loop thread: they register with the loop, which is
   // already running there. A Client on a caller's loop may be destroyed before that loop
   // ever ran this task: then the masters are closed and start() does nothing.
@@ -415,10 +415,19 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
       acquire.budget_deadline_ns = deadline_after(now, per_retry * acquire.retries_left);
     }
   }
+  // Failed for a reason of its own (a quorum granted it, so the key was free: its ttl too
+  // short for the round trips, its fence refused): it goes to the back of the line and the
+  // next waiter is woken (its release may announce nothing: a key of a short ttl may have
+  // expired by then).
+  const bool own_failure = granted_by_quorum(result);
   if (options_.release_notifications && !acquire.watching) {
     acquire.watching = true;
     watch_.watch(op->key);
     waiting_[op->key].push_back(op->id);
+  } else if (acquire.watching && own_failure) {
+    std::vector<OperationId>& line = waiting_[op->key];
+    std::erase(line, op->id);
+    line.push_back(op->id);
   }
   const auto delay_ms = std::max<long long>(
       0, options_.retry_delay.count() + std::uniform_int_distribution<long long>(
@@ -444,31 +453,36 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   } else if (known_free_at != 0 && (heard || known_free_at < poll_at)) {
     free_at = std::max(known_free_at, acquire.free_not_before_ns);
   }
+  bool used_wake = false;
   if (free_at != 0 && before(free_at, free_deadline)) {
     const bool counted = !woken;
     if (counted && acquire.retries_left > 0) --acquire.retries_left;
     arm_retry(op, free_at, false);
     acquire.polling = counted;
     acquire.free_retry = true;
-    return;
-  }
-  if (heard && known_free_at != 0 && free_deadline != 0) {
+    used_wake = woken;
+  } else if (heard && known_free_at != 0 && free_deadline != 0) {
     // Only a release can free the key before the deadline, and it will be heard: listen.
     arm_retry(op, free_deadline, true);
-    return;
-  }
-  if (can_poll) {
+  } else if (can_poll) {
     if (acquire.retries_left > 0) --acquire.retries_left;
     arm_retry(op, poll_at, false);
     acquire.polling = true;
-    return;
-  }
-  if (options_.release_notifications && free_deadline != 0 && now < free_deadline) {
+  } else if (options_.release_notifications && free_deadline != 0 && now < free_deadline) {
     // No poll left before the deadline, but a release may still be announced: listen.
     arm_retry(op, free_deadline, true);
+  } else {
+    finish(op, std::move(acquire.last));  // (stop_waiting passes a wake-up on)
     return;
   }
-  finish(op, std::move(acquire.last));
+  // A wake-up this one could not use, or a free key it could not take: the next waiter's.
+  if ((woken && !used_wake) || own_failure) wake_waiters(op->key);
+}
+
+bool ClientImpl::granted_by_quorum(const Result& result) const {
+  const auto granted = std::count_if(result.masters.begin(), result.masters.end(),
+                                     [](const MasterResult& master) { return master.status == MasterStatus::ok; });
+  return static_cast<std::uint32_t>(granted) >= masters_.quorum();
 }
 
 std::uint64_t ClientImpl::wake_jitter_ns() {
@@ -543,58 +557,65 @@ std::uint64_t ClientImpl::quorum_free_at(const Round& round, const std::vector<M
   return deadline_after(now_ns(), Milliseconds(known[quorum - 1] + 1));
 }
 
-void ClientImpl::on_release_announced(const std::string& key) {
+void ClientImpl::on_release_announced(const std::string& key, bool everyone) {
   // Coalesced: however many announcements of a key one pass of the loop reads (a flood from a
   // master or from any client allowed to PUBLISH), its waiters are looked at once, after the
   // reads. Per message that is a few hash lookups, never one per waiter: the loop stays free
   // to run its timers (a lease's loss signal among them).
-  if (shutting_down_ || !waiting_.contains(key) || !announced_.insert(key).second) return;
-  if (announced_.size() == 1) loop_->after_io([this] { wake_announced(); });
+  if (shutting_down_ || !waiting_.contains(key)) return;
+  const auto [it, added] = announced_.try_emplace(key, everyone);
+  it->second = it->second || everyone;
+  if (added && announced_.size() == 1) loop_->after_io([this] { wake_announced(); });
 }
 
 void ClientImpl::wake_announced() {
-  std::unordered_set<std::string> keys;
+  std::unordered_map<std::string, bool> keys;
   keys.swap(announced_);
-  for (const std::string& key : keys) wake_waiters(key);
+  for (const auto& [key, everyone] : keys) wake_waiters(key, everyone);
 }
 
 // A wake-up goes to one waiter of the key: the first of this Client's (they queue in the order
-// of their first failed attempt) that can still try before its deadline. Only one waiter of a
-// Client can win a handoff, so the Client retries as one waiter would: one attempt per
-// wake-up, spaced by that waiter's free-retry backoff; the others wait behind it (their own
-// polls still run) and move up when it is granted, gives up or is cancelled. Waking every
-// waiter made a PUBLISH flood cost one round per waiter per message on every master, and kept
-// the loop from its timers (AttackWaitTest, AttackLeaseTest).
-void ClientImpl::wake_waiters(const std::string& key) {
+// of their first failed attempt) that takes it (wake()). Only one waiter of a Client can win a
+// handoff, so the Client retries as one waiter would: one attempt per wake-up, spaced by that
+// waiter's free-retry backoff, while the others wait behind it. Waking every waiter made a
+// PUBLISH flood cost one round per waiter per message on every master, and kept the loop
+// from its timers (AttackWaitTest, AttackLeaseTest). A wake-up the first waiter cannot use is
+// passed on: when it leaves without a grant (fail_attempt, stop_waiting), when its backoff
+// has reached its poll (wake()), when it failed for a reason of its own (it goes to the back
+// of the line: fail_attempt). `everyone`: a lost subscriber connection, after which each
+// waiter must look again at whether it can rely on announcements.
+void ClientImpl::wake_waiters(const std::string& key, bool everyone) {
   const auto it = waiting_.find(key);
   if (it == waiting_.end()) return;
   const std::uint64_t now = now_ns();
   if (held_here(key, now)) return;  // another's release, or forged: none of ours could win
   for (const OperationId id : it->second) {
     const auto op_it = operations_.find(id);
-    if (op_it == operations_.end()) continue;
-    const std::shared_ptr<Operation>& op = op_it->second;
-    AcquirePart& acquire = op->acquire();
-    const std::uint64_t deadline = retry_deadline(acquire);
-    if (deadline != 0 && now >= deadline) continue;  // about to give up: the next one tries
-    if (acquire.retry_timer == 0) {
-      acquire.woken = true;  // an attempt is out: retry at once if it fails
-      return;
-    }
-    if (acquire.wake_scheduled) return;
-    // Backed off (note_failure): never later than the retry already scheduled.
-    const std::uint64_t at = std::max(now + wake_jitter_ns(), acquire.free_not_before_ns);
-    if (at >= acquire.retry_at_ns) {
-      if (acquire.giving_up) continue;  // no retry left before its deadline: the next one tries
-      return;                           // its own retry comes sooner: the Client's next attempt
-    }
-    // A wake-up that replaces a counted retry gives it back: it did not happen.
-    if (acquire.polling && acquire.retries_left >= 0) ++acquire.retries_left;
-    arm_retry(op, at, false);
-    acquire.wake_scheduled = true;
-    acquire.free_retry = true;
-    return;
+    if (op_it != operations_.end() && wake(op_it->second, now) && !everyone) return;
   }
+}
+
+// Wakes one waiter; whether it takes the wake-up: it will try at once, or when its attempt out
+// fails, or at a retry of its free-retry spacing that comes before any this wake-up could
+// arrange. Not taken: past its deadline, or backed off to its poll or its deadline.
+bool ClientImpl::wake(const std::shared_ptr<Operation>& op, std::uint64_t now) {
+  AcquirePart& acquire = op->acquire();
+  const std::uint64_t deadline = retry_deadline(acquire);
+  if (deadline != 0 && now >= deadline) return false;
+  if (acquire.retry_timer == 0) {
+    acquire.woken = true;  // an attempt is out: retry at once if it fails
+    return true;
+  }
+  if (acquire.wake_scheduled) return true;
+  // Backed off (note_failure): never later than the retry already scheduled.
+  const std::uint64_t at = std::max(now + wake_jitter_ns(), acquire.free_not_before_ns);
+  if (at >= acquire.retry_at_ns) return acquire.free_retry && !acquire.polling && !acquire.giving_up;
+  // A wake-up that replaces a counted retry gives it back: it did not happen.
+  if (acquire.polling && acquire.retries_left >= 0) ++acquire.retries_left;
+  arm_retry(op, at, false);
+  acquire.wake_scheduled = true;
+  acquire.free_retry = true;
+  return true;
 }
 
 void ClientImpl::note_held(const std::string& key, microseconds validity, OperationId holder) {
@@ -637,7 +658,13 @@ void ClientImpl::stop_waiting(Operation& op) {
   const auto it = waiting_.find(op.key);
   if (it == waiting_.end()) return;
   std::erase(it->second, op.id);
-  if (it->second.empty()) waiting_.erase(it);
+  if (it->second.empty()) {
+    waiting_.erase(it);
+  } else if (!shutting_down_) {
+    // Cancelled, out of time or out of retries: a wake-up it had (or its place in line) goes
+    // to the next waiter; after a grant here none is woken (held_here).
+    wake_waiters(op.key);
+  }
 }
 
 // yield_to_waiters: a release that reached subscribers other than this Client's own makes

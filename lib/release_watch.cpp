@@ -107,7 +107,7 @@ void ReleaseWatch::on_down(std::uint32_t index) {
     watched.masters[index] = Sub::none;
     keys.push_back(key);
   }
-  for (const auto& key : keys) wake_(key);
+  for (const auto& key : keys) wake_(key, true);
 }
 
 void ReleaseWatch::on_push(std::uint32_t index, const redisReply& reply) {
@@ -131,11 +131,11 @@ void ReleaseWatch::on_push(std::uint32_t index, const redisReply& reply) {
   const auto it = watched_.find(key);
   if (it == watched_.end()) return;
   if (kind == "message") {
-    wake_(key);
+    wake_(key, false);
   } else if (kind == "subscribe") {
     it->second.masters[index] = Sub::confirmed;
     // A release between the waiter's failed attempt and this confirmation was not heard.
-    wake_(key);
+    wake_(key, false);
   } else if (kind == "unsubscribe") {
     // The UNSUBSCRIBE of an earlier round of waiters; the new SUBSCRIBE follows it.
     if (it->second.masters[index] == Sub::confirmed) it->second.masters[index] = Sub::sent;

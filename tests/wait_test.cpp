@@ -23,6 +23,7 @@
 
 #include "redlock/errors.h"
 #include "support/process_memory.h"
+#include "release_channel.h"
 #include "tcp_proxy.h"
 #include "test_util.h"
 
@@ -87,8 +88,8 @@ TEST_P(WaitTest, AWaiterIsGrantedSoonAfterARelease) {
 INSTANTIATE_TEST_SUITE_P(Masters, WaitTest, ::testing::Values(1u, 3u, 5u),
                          [](const auto& param_info) { return "N" + std::to_string(param_info.param); });
 
-// Several waiters in one Client share its subscriber: each release wakes them all, exactly
-// one wins each time, and the others go on waiting (and win one after another).
+// Several waiters in one Client share its subscriber: each release wakes the first in line,
+// exactly one wins each time, and the others go on waiting (and win one after another).
 TEST(WaitTest, SeveralWaitersOfOneClientWakeAndExactlyOneWins) {
   constexpr int kWaiters = 6;
   // Before the Clients: a Client destroyed after a failed assertion cancels its waiters, whose
@@ -143,6 +144,91 @@ TEST(WaitTest, SeveralWaitersOfOneClientWakeAndExactlyOneWins) {
     released_at = Steady::now();
     ASSERT_TRUE(waiter.release(next));
   }
+}
+
+// Waiters of one Client queue: a release wakes the first in line only (AttackWaitTest: a flood
+// must cost the masters one waiter's rounds). These two check that a wake-up the first cannot
+// use still reaches the one behind it, `second`, which would otherwise only listen until its
+// deadline: its first attempt learned no PTTL and its poll (10 s) comes after its `wait`.
+
+// The first waiter can never win: its ttl (4 ms, drift 2.04 ms) is shorter than the round
+// trips through proxies that delay everything the waiters' Client sends by 5 ms, so every
+// quorum it gets ends in validity_expired. When the wake-up went to it alone, the second
+// waiter never heard the release and gave up with the key free.
+TEST(WaitTest, AFirstWaiterThatCannotWinDoesNotKeepTheNextFromAFreeKey) {
+  std::atomic<int> first_done{0};
+  std::promise<Result> second;
+  RedisServerGroup masters(3);
+  std::vector<std::unique_ptr<TcpProxy>> proxies;
+  std::vector<std::string> uris;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    proxies.push_back(std::make_unique<TcpProxy>(masters[i].port(), [](std::string_view) { std::this_thread::sleep_for(5ms); }));
+    uris.push_back(proxies.back()->uri());
+  }
+  auto holder_options = options_for(masters);
+  holder_options.ttl = 30s;
+  Client holder(holder_options);
+  Client waiter(waiter_options(uris));
+  ASSERT_TRUE(holder.wait_connected(3, 5s));
+  ASSERT_TRUE(waiter.wait_connected(3, 5s));
+  const Result held = holder.acquire("line");
+  ASSERT_TRUE(held) << format_result(held);
+  AcquireOptions first = wait_for(20s);
+  first.ttl = 4ms;
+  waiter.acquire_async("line", [&](Result) { first_done = 1; }, first);
+  ASSERT_TRUE(eventually([&] { return channel_subscribers(masters[0], held.lock->key) >= 1; }));
+  std::this_thread::sleep_for(200ms);  // the first is first in line
+  waiter.acquire_async("line", [&](Result result) { second.set_value(std::move(result)); }, wait_for(3s));
+  std::this_thread::sleep_for(300ms);  // the second failed once and waits
+  const auto released_at = Steady::now();
+  ASSERT_TRUE(holder.release(*held.lock));
+  auto granted = second.get_future();
+  ASSERT_EQ(granted.wait_for(5s), std::future_status::ready);
+  const Result result = granted.get();
+  std::printf("[ wait    ] behind a first waiter that cannot win: release -> %s %.2f ms\n",
+              result.ok() ? "grant" : "failure", ms_since(released_at));
+  EXPECT_TRUE(result.ok()) << "the key was free: " << format_result(result);
+  EXPECT_EQ(first_done.load(), 0) << "the first waiter was granted with a 4 ms ttl";
+  if (result) waiter.release(*result.lock);
+}
+
+// The first waiter takes the release's wake-up but its free-retry spacing holds it back for
+// seconds (forged announcements made it lose six free retries first), and it is cancelled:
+// the wake-up goes to the next in line. When it left with it, the second waiter never heard
+// the release and gave up with the key free.
+TEST(WaitTest, ACancelledFirstWaiterPassesItsWakeUpOn) {
+  std::promise<Result> second;
+  RedisServerGroup masters(3);
+  auto holder_options = options_for(masters);
+  holder_options.ttl = 30s;
+  Client holder(holder_options);
+  Client waiter(waiter_options(masters.uris()));
+  ASSERT_TRUE(holder.wait_connected(3, 5s));
+  ASSERT_TRUE(waiter.wait_connected(3, 5s));
+  const Result held = holder.acquire("cancelled");
+  ASSERT_TRUE(held) << format_result(held);
+  const OperationId first = waiter.acquire_async("cancelled", [](Result) {}, wait_for(20s));
+  ASSERT_TRUE(eventually([&] { return channel_subscribers(masters[0], held.lock->key) >= 1; }));
+  // The subscription's confirmation cost the first waiter a free retry (spacing 1 ms); each
+  // forged announcement, once the spacing allows, another: 4, 16, 64, 256, 1024, 4096 ms.
+  for (const auto gap : {100ms, 100ms, 100ms, 100ms, 400ms, 1200ms}) {
+    std::this_thread::sleep_for(gap);
+    masters[0].command({"PUBLISH", release_channel(held.lock->key), "released"});
+  }
+  std::this_thread::sleep_for(100ms);
+  waiter.acquire_async("cancelled", [&](Result result) { second.set_value(std::move(result)); }, wait_for(3s));
+  std::this_thread::sleep_for(300ms);  // the second failed once and waits
+  ASSERT_TRUE(holder.release(*held.lock));  // the first takes the wake-up: its retry about 3.6 s away
+  const auto released_at = Steady::now();
+  std::this_thread::sleep_for(50ms);
+  waiter.cancel(first);
+  auto granted = second.get_future();
+  ASSERT_EQ(granted.wait_for(5s), std::future_status::ready);
+  const Result result = granted.get();
+  std::printf("[ wait    ] behind a cancelled first waiter: release -> %s %.2f ms\n", result.ok() ? "grant" : "failure",
+              ms_since(released_at));
+  EXPECT_TRUE(result.ok()) << "the key was free: " << format_result(result);
+  if (result) waiter.release(*result.lock);
 }
 
 // A holder that never releases (it crashed, or simply forgot): the waiter learns the key's

@@ -16,7 +16,6 @@
 #include <random>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "detail/diagnostics.h"
@@ -96,9 +95,12 @@ class ClientImpl {
   // Waiting: when the failed round says a quorum of the holders' keys could have expired (0:
   // unknown); a release announced for `key` (ReleaseWatch); the retry timer; the end.
   [[nodiscard]] std::uint64_t quorum_free_at(const Round& round, const std::vector<MasterResult>& masters) const;
-  void on_release_announced(const std::string& key);  // notes the key; wakes after the reads
+  void on_release_announced(const std::string& key, bool everyone);  // notes the key; wakes after the reads
   void wake_announced();
-  void wake_waiters(const std::string& key);
+  void wake_waiters(const std::string& key, bool everyone = false);
+  bool wake(const std::shared_ptr<Operation>& op, std::uint64_t now);
+  // Whether a quorum granted the failed attempt (the key was free: it failed for a reason of its own).
+  [[nodiscard]] bool granted_by_quorum(const Result& result) const;
   void arm_retry(const std::shared_ptr<Operation>& op, std::uint64_t at, bool give_up);
   [[nodiscard]] static std::uint64_t retry_deadline(const AcquirePart& acquire) noexcept;
   void stop_waiting(Operation& op);
@@ -154,8 +156,9 @@ class ClientImpl {
   std::minstd_rand jitter_rng_{std::random_device{}()};
   // Acquires waiting for a release of each key (watching it), by key.
   std::unordered_map<std::string, std::vector<OperationId>> waiting_;
-  // Keys announced released during this pass of the loop, their waiters not yet woken.
-  std::unordered_set<std::string> announced_;
+  // Keys announced released during this pass of the loop, their waiters not yet woken (true:
+  // every waiter, ReleaseWatch::Wake).
+  std::unordered_map<std::string, bool> announced_;
   // yield_to_waiters: key -> until when this Client's next acquire of it waits (loop time).
   std::unordered_map<std::string, std::uint64_t> yield_until_;
   // Keys this Client was granted by an acquire, until when (loop time: the acquire's validity;

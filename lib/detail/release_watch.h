@@ -32,7 +32,9 @@ class TlsContext;
 
 class ReleaseWatch {
  public:
-  using Wake = std::function<void(const std::string& key)>;
+  // `everyone`: every waiter of the key tries again (a lost connection: what it would have
+  // heard is unknown); otherwise the Client's next waiter in line does (ClientImpl::wake_waiters).
+  using Wake = std::function<void(const std::string& key, bool everyone)>;
 
   // `options`, `masters` and `tls` must outlive the watch.
   ReleaseWatch(EventLoop& loop, const ClientOptions& options, const std::vector<Endpoint>& endpoints,
