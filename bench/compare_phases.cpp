@@ -1251,9 +1251,10 @@ namespace {
 // CPU is part of every round trip through it, the N=1 ones included). One thread per route,
 // like the independent paths to real zones: with one thread for all five, the replies of a
 // quorum round left the proxy one after another, and the quorum-th waited for the writes of
-// the ones before it (a quick run: N=5 all 0.5 ms quorum p50 / bound 1.15 and 1.13 with one
-// thread, 1.03 and 1.07 with five, in interleaved runs). The one-way delay of each route is
-// half the profile's round trip.
+// the ones before it (quick runs, 2026-11-27: N=5 all 0.5 ms quorum p50 / bound 1.15 and 1.13
+// with one thread, 1.03 and 1.07 with five in two interleaved pairs; later runs with five
+// threads gave 1.11 and 1.05: on 2 cores N=5 still misses its bound in most runs). The one-way
+// delay of each route is half the profile's round trip.
 class ZoneProxies {
  public:
   explicit ZoneProxies(const Run& run) {
