@@ -400,6 +400,9 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   AcquirePart& acquire = op->acquire();
   const std::uint64_t now = now_ns();
   note_failure(acquire, now);
+  // Failed for a reason of its own: a quorum granted it (round 1 of a fenced acquire whose
+  // fence round failed, or an attempt whose validity ran out), so the key was free; below.
+  const bool own_failure = acquire.fenced.has_value() || granted_by_quorum(result);
   // Released on every master, including those that timed out or have not answered: their
   // SET may still land, and this release is queued behind it on the same connection.
   release_in_background(op->key, acquire.attempt_token, op->ttl);
@@ -415,11 +418,9 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
       acquire.budget_deadline_ns = deadline_after(now, per_retry * acquire.retries_left);
     }
   }
-  // Failed for a reason of its own (a quorum granted it, so the key was free: its ttl too
-  // short for the round trips, its fence refused): it goes to the back of the line and the
-  // next waiter is woken (its release may announce nothing: a key of a short ttl may have
-  // expired by then).
-  const bool own_failure = granted_by_quorum(result);
+  // A failure of its own (its ttl too short for the round trips, its fence refused): it goes
+  // to the back of the line and the next waiter is woken (its release may announce nothing:
+  // a key of a short ttl may have expired by then).
   if (options_.release_notifications && !acquire.watching) {
     acquire.watching = true;
     watch_.watch(op->key);
@@ -658,11 +659,15 @@ void ClientImpl::stop_waiting(Operation& op) {
   const auto it = waiting_.find(op.key);
   if (it == waiting_.end()) return;
   std::erase(it->second, op.id);
+  // A wake-up it had taken (in flight, scheduled, or a wake-up's retry pending), when it was
+  // cancelled or ran out of time or retries: the next waiter's. (After a grant here nobody is
+  // woken: held_here. A waiter that had none passes nothing: each would cost the first in
+  // line a round, and many waiters timing out together a burst of them.)
+  const bool had_wake =
+      acquire.woken || acquire.wake_scheduled || (acquire.free_retry && !acquire.polling && !acquire.giving_up);
   if (it->second.empty()) {
     waiting_.erase(it);
-  } else if (!shutting_down_) {
-    // Cancelled, out of time or out of retries: a wake-up it had (or its place in line) goes
-    // to the next waiter; after a grant here none is woken (held_here).
+  } else if (had_wake && !shutting_down_) {
     wake_waiters(op.key);
   }
 }

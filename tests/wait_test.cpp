@@ -197,6 +197,7 @@ TEST(WaitTest, AFirstWaiterThatCannotWinDoesNotKeepTheNextFromAFreeKey) {
 // the wake-up goes to the next in line. When it left with it, the second waiter never heard
 // the release and gave up with the key free.
 TEST(WaitTest, ACancelledFirstWaiterPassesItsWakeUpOn) {
+  std::atomic<bool> first_granted{false};
   std::promise<Result> second;
   RedisServerGroup masters(3);
   auto holder_options = options_for(masters);
@@ -207,13 +208,17 @@ TEST(WaitTest, ACancelledFirstWaiterPassesItsWakeUpOn) {
   ASSERT_TRUE(waiter.wait_connected(3, 5s));
   const Result held = holder.acquire("cancelled");
   ASSERT_TRUE(held) << format_result(held);
-  const OperationId first = waiter.acquire_async("cancelled", [](Result) {}, wait_for(20s));
+  const OperationId first =
+      waiter.acquire_async("cancelled", [&](const Result& result) { first_granted = result.ok(); }, wait_for(20s));
   ASSERT_TRUE(eventually([&] { return channel_subscribers(masters[0], held.lock->key) >= 1; }));
   // The subscription's confirmation cost the first waiter a free retry (spacing 1 ms); each
   // forged announcement, once the spacing allows, another: 4, 16, 64, 256, 1024, 4096 ms.
   for (const auto gap : {100ms, 100ms, 100ms, 100ms, 400ms, 1200ms}) {
     std::this_thread::sleep_for(gap);
+    const long long calls = command_calls(masters[0], "evalsha");
     masters[0].command({"PUBLISH", release_channel(held.lock->key), "released"});
+    // Its retry (the waiting script) and that attempt's release.
+    ASSERT_TRUE(eventually([&] { return command_calls(masters[0], "evalsha") >= calls + 2; })) << "no retry";
   }
   std::this_thread::sleep_for(100ms);
   waiter.acquire_async("cancelled", [&](Result result) { second.set_value(std::move(result)); }, wait_for(3s));
@@ -227,8 +232,42 @@ TEST(WaitTest, ACancelledFirstWaiterPassesItsWakeUpOn) {
   const Result result = granted.get();
   std::printf("[ wait    ] behind a cancelled first waiter: release -> %s %.2f ms\n", result.ok() ? "grant" : "failure",
               ms_since(released_at));
+  ASSERT_FALSE(first_granted.load()) << "the first waiter retried before it was cancelled: its spacing was short";
   EXPECT_TRUE(result.ok()) << "the key was free: " << format_result(result);
   if (result) waiter.release(*result.lock);
+}
+
+// Waiters that run out of time pass on only a wake-up they had: 100 of them with a 300 ms wait
+// behind a first waiter, the key held throughout, cost no round when they give up. When each
+// one leaving woke the next in line, the first retried (and its free-retry spacing grew, which
+// later delays the Client's next attempt after a real release).
+TEST(WaitTest, WaitersGivingUpDoNotWakeTheFirstInLine) {
+  std::atomic<int> gave_up{0};
+  RedisServerGroup masters(3);
+  auto holder_options = options_for(masters);
+  holder_options.ttl = 30s;
+  Client holder(holder_options);
+  Client waiter(waiter_options(masters.uris()));
+  ASSERT_TRUE(holder.wait_connected(3, 5s));
+  ASSERT_TRUE(waiter.wait_connected(3, 5s));
+  const Result held = holder.acquire("give-up");
+  ASSERT_TRUE(held) << format_result(held);
+  waiter.acquire_async("give-up", [](Result) {}, wait_for(20s));
+  ASSERT_TRUE(eventually([&] { return channel_subscribers(masters[0], held.lock->key) >= 1; }));
+  std::this_thread::sleep_for(200ms);  // the first one's retry after the subscription's confirmation
+  constexpr int kShort = 100;
+  const long long first = command_calls(masters[0], "evalsha");
+  for (int i = 0; i < kShort; ++i) waiter.acquire_async("give-up", [&](Result) { gave_up.fetch_add(1); }, wait_for(300ms));
+  // Each short waiter's one attempt (SET), then its release (EVALSHA) once it failed.
+  ASSERT_TRUE(eventually([&] { return command_calls(masters[0], "evalsha") >= first + kShort; }));
+  const long long before = command_calls(masters[0], "evalsha");
+  ASSERT_EQ(before, first + kShort) << "more than the short waiters' releases";
+  ASSERT_TRUE(eventually([&] { return gave_up.load() == kShort; }));
+  std::this_thread::sleep_for(100ms);
+  const long long rounds = command_calls(masters[0], "evalsha") - before;
+  std::printf("[ wait    ] %d waiters gave up behind a first one: %lld EVALSHA meanwhile\n", kShort, rounds);
+  EXPECT_EQ(rounds, 0) << "the first in line was woken by waiters giving up";
+  holder.release(*held.lock);
 }
 
 // A holder that never releases (it crashed, or simply forgot): the waiter learns the key's
