@@ -581,10 +581,11 @@ void ClientImpl::wake_announced() {
 // waiter's free-retry backoff, while the others wait behind it. Waking every waiter made a
 // PUBLISH flood cost one round per waiter per message on every master, and kept the loop
 // from its timers (AttackWaitTest, AttackLeaseTest). A wake-up the first waiter cannot use is
-// passed on: when it leaves without a grant (fail_attempt, stop_waiting), when its backoff
-// has reached its poll (wake()), when it failed for a reason of its own (it goes to the back
-// of the line: fail_attempt). `everyone`: a lost subscriber connection, after which each
-// waiter must look again at whether it can rely on announcements.
+// passed on: when it leaves without a grant holding one (stop_waiting), when its backoff has
+// reached a counted retry or its deadline (wake(), fail_attempt), when it failed for a reason
+// of its own (it goes to the back of the line: fail_attempt). The price: its spacing is the
+// Client's (docs/design.md "One wake-up, one waiter"). `everyone`: a lost subscriber
+// connection, after which each waiter must look again at whether it can rely on announcements.
 void ClientImpl::wake_waiters(const std::string& key, bool everyone) {
   const auto it = waiting_.find(key);
   if (it == waiting_.end()) return;
@@ -597,8 +598,9 @@ void ClientImpl::wake_waiters(const std::string& key, bool everyone) {
 }
 
 // Wakes one waiter; whether it takes the wake-up: it will try at once, or when its attempt out
-// fails, or at a retry of its free-retry spacing that comes before any this wake-up could
-// arrange. Not taken: past its deadline, or backed off to its poll or its deadline.
+// fails, or at a wake-up's retry already scheduled that comes before any this one could
+// arrange. Not taken: past its deadline, or backed off beyond a counted retry (a poll, a
+// known expiry) or its deadline.
 bool ClientImpl::wake(const std::shared_ptr<Operation>& op, std::uint64_t now) {
   AcquirePart& acquire = op->acquire();
   const std::uint64_t deadline = retry_deadline(acquire);
