@@ -408,6 +408,7 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   release_in_background(op->key, acquire.attempt_token, op->ttl);
   acquire.fenced.reset();
   if (acquire.retries_left == 0 || shutting_down_) {
+    acquire.woken = acquire.woken || own_failure;  // stop_waiting passes it on: the key was free
     finish(op, std::move(result));
     return;
   }
@@ -473,7 +474,8 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
     // No poll left before the deadline, but a release may still be announced: listen.
     arm_retry(op, free_deadline, true);
   } else {
-    finish(op, std::move(acquire.last));  // (stop_waiting passes a wake-up on)
+    acquire.woken = woken || own_failure;  // stop_waiting passes it on
+    finish(op, std::move(acquire.last));
     return;
   }
   // A wake-up this one could not use, or a free key it could not take: the next waiter's.

@@ -56,6 +56,23 @@ std::future<Result> acquire_later(Client& client, const std::string& resource, A
   return std::async(std::launch::async, [&client, resource, acquire] { return client.acquire(resource, acquire); });
 }
 
+// Until every master has a subscriber for `key`'s channel and its waiters' retries have
+// stopped (each subscription's confirmation wakes the first waiter once): no EVALSHA on
+// master 0 for 300 ms.
+void wait_subscribed_and_quiet(RedisServerGroup& masters, const std::string& key) {
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    ASSERT_TRUE(eventually([&] { return channel_subscribers(masters[i], key) >= 1; })) << "master " << i;
+  }
+  long long calls = -1;
+  ASSERT_TRUE(eventually([&] {
+    const long long now = command_calls(masters[0], "evalsha");
+    if (now == calls) return true;
+    calls = now;
+    std::this_thread::sleep_for(300ms);
+    return false;
+  }, 10s));
+}
+
 class WaitTest : public ::testing::TestWithParam<std::size_t> {};
 
 TEST_P(WaitTest, AWaiterIsGrantedSoonAfterARelease) {
@@ -192,8 +209,8 @@ TEST(WaitTest, AFirstWaiterThatCannotWinDoesNotKeepTheNextFromAFreeKey) {
   if (result) waiter.release(*result.lock);
 }
 
-// The first waiter takes the release's wake-up but its free-retry spacing holds it back for
-// seconds (forged announcements made it lose six free retries first), and it is cancelled:
+// The first waiter takes the release's wake-up but its free-retry spacing holds it back for a
+// second or more (forged announcements made it lose free retries first), and it is cancelled:
 // the wake-up goes to the next in line. When it left with it, the second waiter never heard
 // the release and gave up with the key free.
 TEST(WaitTest, ACancelledFirstWaiterPassesItsWakeUpOn) {
@@ -210,20 +227,24 @@ TEST(WaitTest, ACancelledFirstWaiterPassesItsWakeUpOn) {
   ASSERT_TRUE(held) << format_result(held);
   const OperationId first =
       waiter.acquire_async("cancelled", [&](const Result& result) { first_granted = result.ok(); }, wait_for(20s));
-  ASSERT_TRUE(eventually([&] { return channel_subscribers(masters[0], held.lock->key) >= 1; }));
-  // The subscription's confirmation cost the first waiter a free retry (spacing 1 ms); each
-  // forged announcement, once the spacing allows, another: 4, 16, 64, 256, 1024, 4096 ms.
-  for (const auto gap : {100ms, 100ms, 100ms, 100ms, 400ms, 1200ms}) {
-    std::this_thread::sleep_for(gap);
+  ASSERT_NO_FATAL_FAILURE(wait_subscribed_and_quiet(masters, held.lock->key));
+  // Each forged announcement costs the first waiter a free retry, once its spacing allows (1,
+  // 4, 16, 64, 256 ms ...): until one's retry had to wait for the spacing (200 ms or more),
+  // after which the spacing is 1 s or more.
+  bool spaced = false;
+  for (int i = 0; i < 10 && !spaced; ++i) {
     const long long calls = command_calls(masters[0], "evalsha");
+    const auto published_at = Steady::now();
     masters[0].command({"PUBLISH", release_channel(held.lock->key), "released"});
     // Its retry (the waiting script) and that attempt's release.
-    ASSERT_TRUE(eventually([&] { return command_calls(masters[0], "evalsha") >= calls + 2; })) << "no retry";
+    ASSERT_TRUE(eventually([&] { return command_calls(masters[0], "evalsha") >= calls + 2; }, 10s)) << "no retry";
+    spaced = ms_since(published_at) >= 200;
+    std::this_thread::sleep_for(20ms);  // its failure read
   }
-  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(spaced) << "the first waiter's spacing did not grow";
   waiter.acquire_async("cancelled", [&](Result result) { second.set_value(std::move(result)); }, wait_for(3s));
   std::this_thread::sleep_for(300ms);  // the second failed once and waits
-  ASSERT_TRUE(holder.release(*held.lock));  // the first takes the wake-up: its retry about 3.6 s away
+  ASSERT_TRUE(holder.release(*held.lock));  // the first takes the wake-up: its retry over 0.5 s away
   const auto released_at = Steady::now();
   std::this_thread::sleep_for(50ms);
   waiter.cancel(first);
@@ -253,8 +274,7 @@ TEST(WaitTest, WaitersGivingUpDoNotWakeTheFirstInLine) {
   const Result held = holder.acquire("give-up");
   ASSERT_TRUE(held) << format_result(held);
   waiter.acquire_async("give-up", [](Result) {}, wait_for(20s));
-  ASSERT_TRUE(eventually([&] { return channel_subscribers(masters[0], held.lock->key) >= 1; }));
-  std::this_thread::sleep_for(200ms);  // the first one's retry after the subscription's confirmation
+  ASSERT_NO_FATAL_FAILURE(wait_subscribed_and_quiet(masters, held.lock->key));
   constexpr int kShort = 100;
   const long long first = command_calls(masters[0], "evalsha");
   for (int i = 0; i < kShort; ++i) waiter.acquire_async("give-up", [&](Result) { gave_up.fetch_add(1); }, wait_for(300ms));
