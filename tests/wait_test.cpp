@@ -164,9 +164,10 @@ TEST(WaitTest, SeveralWaitersOfOneClientWakeAndExactlyOneWins) {
 }
 
 // Waiters of one Client queue: a release wakes the first in line only (AttackWaitTest: a flood
-// must cost the masters one waiter's rounds). These two check that a wake-up the first cannot
-// use still reaches the one behind it, `second`, which would otherwise only listen until its
-// deadline: its first attempt learned no PTTL and its poll (10 s) comes after its `wait`.
+// must cost the masters one waiter's rounds). The next two check that a wake-up the first
+// cannot use still reaches the one behind it, `second`, which would otherwise only listen until
+// its deadline: its first attempt learned no PTTL and its poll (10 s) comes after its `wait`;
+// the third that waiters leaving without one pass nothing on.
 
 // The first waiter can never win: its ttl (4 ms, drift 2.04 ms) is shorter than the round
 // trips through proxies that delay everything the waiters' Client sends by 5 ms, so every
