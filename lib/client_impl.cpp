@@ -29,6 +29,13 @@ void call_user(const Callback& done, Result&& result) noexcept {
 
 namespace {
 
+// Whether a waiter holds its Client's wake-up for its key (ClientImpl::wake_waiters): woken
+// while its attempt is out, a wake-up's retry scheduled, or that retry in flight or pending
+// (a wake-up's free retry: not a poll, not a known expiry, not the give-up timer).
+bool holds_wake(const AcquirePart& acquire) {
+  return acquire.woken || acquire.wake_scheduled || (acquire.free_retry && !acquire.polling && !acquire.giving_up);
+}
+
 Milliseconds default_max_lock_ttl(Milliseconds ttl) {
   const auto seconds = (ttl.count() + 999) / 1000;
   return Milliseconds((seconds + 1) * 1000);
@@ -614,7 +621,7 @@ bool ClientImpl::wake(const std::shared_ptr<Operation>& op, std::uint64_t now) {
   if (acquire.wake_scheduled) return true;
   // Backed off (note_failure): never later than the retry already scheduled.
   const std::uint64_t at = std::max(now + wake_jitter_ns(), acquire.free_not_before_ns);
-  if (at >= acquire.retry_at_ns) return acquire.free_retry && !acquire.polling && !acquire.giving_up;
+  if (at >= acquire.retry_at_ns) return holds_wake(acquire);
   // A wake-up that replaces a counted retry gives it back: it did not happen.
   if (acquire.polling && acquire.retries_left >= 0) ++acquire.retries_left;
   arm_retry(op, at, false);
@@ -667,8 +674,7 @@ void ClientImpl::stop_waiting(Operation& op) {
   // cancelled or ran out of time or retries: the next waiter's. (After a grant here nobody is
   // woken: held_here. A waiter that had none passes nothing: each would cost the first in
   // line a round, and many waiters timing out together a burst of them.)
-  const bool had_wake =
-      acquire.woken || acquire.wake_scheduled || (acquire.free_retry && !acquire.polling && !acquire.giving_up);
+  const bool had_wake = holds_wake(acquire);
   if (it->second.empty()) {
     waiting_.erase(it);
   } else if (had_wake && !shutting_down_) {
