@@ -71,7 +71,7 @@ ClientImpl::ClientImpl(ClientOptions options)
       masters_(*loop_, options_, endpoints_, commands_, diagnostics_, tls_.get()),
       round_context_{*loop_, masters_, commands_, diagnostics_, *clock_, options_.command_timeout, deadlines_, command_buffer_},
       watch_(*loop_, options_, endpoints_, tls_.get(), masters_,
-             [this](const std::string& key, bool everyone) { on_release_announced(key, everyone); }) {
+             [this](const std::string& key, bool lost) { on_release_announced(key, lost); }) {
   // Connections are created on the loop thread: they register with the loop, which is
   // already running there. A Client on a caller's loop may be destroyed before that loop
   // ever ran this task: then the masters are closed and start() does nothing.
@@ -438,10 +438,7 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
     std::erase(line, op->id);
     line.push_back(op->id);
   }
-  const auto delay_ms = std::max<long long>(
-      0, options_.retry_delay.count() + std::uniform_int_distribution<long long>(
-                                            -options_.retry_jitter.count(), options_.retry_jitter.count())(jitter_rng_));
-  const std::uint64_t poll_at = deadline_after(now, Milliseconds(delay_ms));
+  const std::uint64_t poll_at = next_poll_at(now);
   const auto before = [](std::uint64_t at, std::uint64_t deadline) { return deadline == 0 || at < deadline; };
   const std::uint64_t free_deadline = retry_deadline(acquire);  // wait, and retry_count's time budget
   const bool heard = options_.release_notifications && watch_.reliable(op->key);
@@ -487,6 +484,13 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   }
   // A wake-up this one could not use, or a free key it could not take: the next waiter's.
   if ((woken && !used_wake) || own_failure) wake_waiters(op->key);
+}
+
+std::uint64_t ClientImpl::next_poll_at(std::uint64_t now) {
+  const auto delay_ms = std::max<long long>(
+      0, options_.retry_delay.count() + std::uniform_int_distribution<long long>(
+                                            -options_.retry_jitter.count(), options_.retry_jitter.count())(jitter_rng_));
+  return deadline_after(now, Milliseconds(delay_ms));
 }
 
 bool ClientImpl::granted_by_quorum(const Result& result) const {
@@ -567,21 +571,21 @@ std::uint64_t ClientImpl::quorum_free_at(const Round& round, const std::vector<M
   return deadline_after(now_ns(), Milliseconds(known[quorum - 1] + 1));
 }
 
-void ClientImpl::on_release_announced(const std::string& key, bool everyone) {
+void ClientImpl::on_release_announced(const std::string& key, bool lost) {
   // Coalesced: however many announcements of a key one pass of the loop reads (a flood from a
   // master or from any client allowed to PUBLISH), its waiters are looked at once, after the
   // reads. Per message that is a few hash lookups, never one per waiter: the loop stays free
   // to run its timers (a lease's loss signal among them).
   if (shutting_down_ || !waiting_.contains(key)) return;
-  const auto [it, added] = announced_.try_emplace(key, everyone);
-  it->second = it->second || everyone;
+  const auto [it, added] = announced_.try_emplace(key, lost);
+  it->second = it->second || lost;
   if (added && announced_.size() == 1) loop_->after_io([this] { wake_announced(); });
 }
 
 void ClientImpl::wake_announced() {
   std::unordered_map<std::string, bool> keys;
   keys.swap(announced_);
-  for (const auto& [key, everyone] : keys) wake_waiters(key, everyone);
+  for (const auto& [key, lost] : keys) wake_waiters(key, lost);
 }
 
 // A wake-up goes to one waiter of the key: the first of this Client's (they queue in the order
@@ -593,17 +597,40 @@ void ClientImpl::wake_announced() {
 // passed on: when it leaves without a grant holding one (stop_waiting), when its backoff has
 // reached a counted retry or its deadline (wake(), fail_attempt), when it failed for a reason
 // of its own (it goes to the back of the line: fail_attempt). The price: its spacing is the
-// Client's (docs/design.md "One wake-up, one waiter"). `everyone`: a lost subscriber
-// connection, after which each waiter must look again at whether it can rely on announcements.
-void ClientImpl::wake_waiters(const std::string& key, bool everyone) {
+// Client's (docs/design.md "One wake-up, one waiter"). `lost`: a subscriber connection was
+// lost, and what it would have heard is unknown. The next in line tries once, as for an
+// announcement; when the key's announcements can no longer be relied on, the waiters that
+// only listened poll (at retry_delay, as fail_attempt would have had them do). Waking every
+// waiter instead let a master that drops subscriber connections again and again cost one
+// round per waiter per drop, spaced only by each waiter's own backoff (AttackWaitTest).
+void ClientImpl::wake_waiters(const std::string& key, bool lost) {
   const auto it = waiting_.find(key);
   if (it == waiting_.end()) return;
   const std::uint64_t now = now_ns();
+  if (lost && !watch_.reliable(key)) {
+    for (const OperationId id : it->second) {
+      const auto op_it = operations_.find(id);
+      if (op_it != operations_.end()) poll_instead_of_listening(op_it->second, now);
+    }
+  }
   if (held_here(key, now)) return;  // another's release, or forged: none of ours could win
   for (const OperationId id : it->second) {
     const auto op_it = operations_.find(id);
-    if (op_it != operations_.end() && wake(op_it->second, now) && !everyone) return;
+    if (op_it != operations_.end() && wake(op_it->second, now)) return;
   }
+}
+
+// A waiter that only listened (fail_attempt: a release would be heard) polls, now that it
+// would not be: never later than its give-up, and like any poll it uses one of retry_count.
+// A waiter with its attempt out, or with a retry of any other kind, is left as it is.
+void ClientImpl::poll_instead_of_listening(const std::shared_ptr<Operation>& op, std::uint64_t now) {
+  AcquirePart& acquire = op->acquire();
+  if (acquire.retry_timer == 0 || !acquire.giving_up || acquire.retries_left == 0) return;
+  const std::uint64_t poll_at = next_poll_at(now);
+  if (poll_at >= acquire.retry_at_ns) return;
+  if (acquire.retries_left > 0) --acquire.retries_left;
+  arm_retry(op, poll_at, false);
+  acquire.polling = true;
 }
 
 // Wakes one waiter; whether it takes the wake-up: it will try at once, or when its attempt out

@@ -100,8 +100,9 @@ void ReleaseWatch::on_ready(std::uint32_t index) {
 }
 
 void ReleaseWatch::on_down(std::uint32_t index) {
-  // What this master announced since the connection was lost is unknown: every waiter tries
-  // once more (and polls until the subscription is confirmed again).
+  // What this master announced since the connection was lost is unknown: the Client's next
+  // waiter of each key tries once more, and its waiters that only listened poll if the key's
+  // announcements can no longer be relied on (ClientImpl::wake_waiters).
   std::vector<std::string> keys;
   for (auto& [key, watched] : watched_) {
     watched.masters[index] = Sub::none;

@@ -365,6 +365,72 @@ TEST(AttackWaitTest, APublishFloodCostsTheMastersOneWaitersRoundsHoweverManyWait
   holder.release(*held.lock);
 }
 
+// 500 waiters of one key on one Client while `droppers` of three masters drop every subscriber
+// connection (CLIENT KILL TYPE pubsub, what a hostile master or an operator's script can do)
+// every 60 ms for a second; returns the retries the masters paid meanwhile. The Client
+// reconnects and subscribes again each time (reconnect_min 20 ms).
+long long retries_while_subscribers_are_dropped(std::size_t droppers) {
+  RedisServerGroup masters(3);
+  auto holder_options = options_for(masters);
+  holder_options.ttl = 30s;
+  Client holder(holder_options);
+  auto waiter_options = options_for(masters);
+  waiter_options.retry_delay = 10s;  // no poll within the test
+  Client waiter(waiter_options);
+  EXPECT_TRUE(holder.wait_connected(3, 5s));
+  EXPECT_TRUE(waiter.wait_connected(3, 5s));
+  const Result held = holder.acquire("dropped");
+  EXPECT_TRUE(held) << format_result(held);
+  if (!held) return -1;
+  constexpr int kWaiters = 500;
+  AcquireOptions wait;
+  wait.retry_count = -1;
+  wait.wait = 30s;
+  for (int i = 0; i < kWaiters; ++i) waiter.acquire_async("dropped", [](Result) {}, wait);
+  const auto subscribed_everywhere = [&] {
+    for (std::size_t i = 0; i < masters.size(); ++i) {
+      if (channel_subscribers(masters[i], held.lock->key) < 1) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(eventually([&] { return command_calls(masters[2], "set") >= kWaiters + 1; }, 10s));
+  EXPECT_TRUE(eventually(subscribed_everywhere, 10s));
+  std::this_thread::sleep_for(500ms);
+  const long long before = command_calls(masters[2], "evalsha");
+  const auto until = std::chrono::steady_clock::now() + 1s;
+  int drops = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    for (std::size_t i = 0; i < droppers; ++i) masters[i].command({"CLIENT", "KILL", "TYPE", "pubsub"});
+    ++drops;
+    std::this_thread::sleep_for(60ms);
+  }
+  EXPECT_TRUE(eventually(subscribed_everywhere, 5s));
+  std::this_thread::sleep_for(200ms);  // the last woken rounds answered
+  // A waiting retry is one EVALSHA, its failed attempt's release another. Counted on a master
+  // that never dropped anyone: each retry goes to every master.
+  const long long retries = (command_calls(masters[2], "evalsha") - before) / 2;
+  std::printf("[figure] %d drops of every subscriber connection on %zu of 3 masters in 1 s, %d waiters on one "
+              "Client: %lld retries\n",
+              drops, droppers, kWaiters, retries);
+  holder.release(*held.lock);
+  return retries;
+}
+
+// FAILS (amplification): a lost subscriber connection woke every waiter of the key, each
+// spending its own free-retry spacing (1, 4, 16, 64 ms ...): 2998 retries in a second with 500
+// waiters. What that master announced meanwhile is unknown, but one retry of the Client finds
+// out; the others only need to poll once announcements cannot be relied on (below).
+TEST(AttackWaitTest, DroppedSubscriberConnectionsCostTheMastersOneWaitersRounds) {
+  EXPECT_LE(retries_while_subscribers_are_dropped(1), kAttemptBound) << "the Client retried per waiter, not as one";
+}
+
+// The same with a majority of the subscriptions down, where the key's announcements cannot be
+// relied on: the waiters that only listened must poll (WaitTest), at retry_delay (10 s here),
+// not at once.
+TEST(AttackWaitTest, DroppedSubscriberConnectionsOnAMajorityCostTheMastersOneWaitersRounds) {
+  EXPECT_LE(retries_while_subscribers_are_dropped(2), kAttemptBound) << "the Client retried per waiter, not as one";
+}
+
 // HELD UP: a release announced on a minority (here: a forged PUBLISH on one master while the
 // holder still holds the key on all three) wakes the waiter, whose retry is still a SET NX
 // PX that needs a quorum: nothing is granted while the holder holds.

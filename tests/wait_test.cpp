@@ -472,6 +472,54 @@ TEST(WaitTest, OneMasterWithoutChannelsStillLetsTheWaiterHear) {
   EXPECT_TRUE(waiter.release(*granted.lock));
 }
 
+// Channel rights revoked on every master while two waiters of one Client only listen: Redis
+// closes their subscriber connections, and a new SUBSCRIBE is refused. A lost subscriber
+// connection wakes the first in line alone (AttackWaitTest), so the second must start to poll
+// then: the holder's release is heard by nobody, the first waiter polls its way in, and its
+// short lock then expires unreleased, unannounced. Without that, the second listened until
+// its wait ran out, the key free.
+TEST(WaitTest, WaitersThatOnlyListenedPollOnceAnnouncementsAreLost) {
+  RedisServerGroup masters(3);
+  for (std::size_t i = 0; i < 3; ++i) ASSERT_EQ(masters[i].command(acl(true)).type, Reply::Type::status);
+  auto holder_options = options_for(masters);
+  holder_options.ttl = 30s;
+  Client holder(holder_options);
+  auto options = options_for(as_user(masters));
+  options.on_warning = [](const std::string&) {};
+  options.retry_delay = 200ms;
+  options.retry_jitter = 20ms;
+  options.reconnect_max = 50ms;
+  Client waiter(options);
+  ASSERT_TRUE(holder.wait_connected(3, 5s));
+  ASSERT_TRUE(waiter.wait_connected(3, 5s));
+  const Result held = holder.acquire("job");
+  ASSERT_TRUE(held.ok()) << format_result(held);
+  AcquireOptions acquire = wait_for(8s);
+  acquire.ttl = 500ms;  // never released: expires
+  auto first = acquire_later(waiter, "job", acquire);
+  ASSERT_TRUE(eventually([&] { return command_calls(masters[0], "set") >= 2; }));
+  auto second = acquire_later(waiter, "job", acquire);
+  ASSERT_TRUE(eventually([&] { return command_calls(masters[0], "set") >= 3; }));
+  wait_subscribed_and_quiet(masters, held.lock->key);
+  for (std::size_t i = 0; i < 3; ++i) ASSERT_EQ(masters[i].command(acl(false)).type, Reply::Type::status);
+  ASSERT_TRUE(eventually([&] {
+    for (std::size_t i = 0; i < 3; ++i) {
+      if (channel_subscribers(masters[i], held.lock->key) != 0) return false;
+    }
+    return true;
+  }));
+  std::this_thread::sleep_for(300ms);  // refused again after a reconnect
+  const auto released_at = Steady::now();
+  ASSERT_TRUE(holder.release(*held.lock));
+  for (auto* waiting : {&first, &second}) {
+    ASSERT_EQ(waiting->wait_for(4s), std::future_status::ready) << "a waiter did not poll";
+    const Result granted = waiting->get();
+    EXPECT_TRUE(granted.ok()) << format_result(granted);
+  }
+  std::printf("[ wait    ] announcements lost: release -> both waiters granted %.2f ms (the first's ttl 500 ms)\n",
+              ms_since(released_at));
+}
+
 // release_notifications = false: polling only, as before (the waiter gives up when its next
 // poll lies past its wait).
 TEST(WaitTest, NotificationsOffMeansPolling) {

@@ -95,9 +95,11 @@ class ClientImpl {
   // Waiting: when the failed round says a quorum of the holders' keys could have expired (0:
   // unknown); a release announced for `key` (ReleaseWatch); the retry timer; the end.
   [[nodiscard]] std::uint64_t quorum_free_at(const Round& round, const std::vector<MasterResult>& masters) const;
-  void on_release_announced(const std::string& key, bool everyone);  // notes the key; wakes after the reads
+  void on_release_announced(const std::string& key, bool lost);  // notes the key; wakes after the reads
   void wake_announced();
-  void wake_waiters(const std::string& key, bool everyone = false);
+  void wake_waiters(const std::string& key, bool lost = false);
+  void poll_instead_of_listening(const std::shared_ptr<Operation>& op, std::uint64_t now);
+  std::uint64_t next_poll_at(std::uint64_t now);
   bool wake(const std::shared_ptr<Operation>& op, std::uint64_t now);
   // Whether a quorum granted the failed attempt (the key was free: it failed for a reason of its own).
   [[nodiscard]] bool granted_by_quorum(const Result& result) const;
@@ -157,7 +159,7 @@ class ClientImpl {
   // Acquires waiting for a release of each key (watching it), by key.
   std::unordered_map<std::string, std::vector<OperationId>> waiting_;
   // Keys announced released during this pass of the loop, their waiters not yet woken (true:
-  // every waiter, ReleaseWatch::Wake).
+  // a subscriber connection was lost, ReleaseWatch::Wake).
   std::unordered_map<std::string, bool> announced_;
   // yield_to_waiters: key -> until when this Client's next acquire of it waits (loop time).
   std::unordered_map<std::string, std::uint64_t> yield_until_;

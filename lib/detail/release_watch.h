@@ -32,9 +32,10 @@ class TlsContext;
 
 class ReleaseWatch {
  public:
-  // `everyone`: every waiter of the key tries again (a lost connection: what it would have
-  // heard is unknown); otherwise the Client's next waiter in line does (ClientImpl::wake_waiters).
-  using Wake = std::function<void(const std::string& key, bool everyone)>;
+  // The Client's next waiter of the key in line tries again (ClientImpl::wake_waiters).
+  // `lost`: a subscriber connection was lost, and what it would have heard is unknown; those
+  // that only listened must also look again at whether they can rely on announcements.
+  using Wake = std::function<void(const std::string& key, bool lost)>;
 
   // `options`, `masters` and `tls` must outlive the watch.
   ReleaseWatch(EventLoop& loop, const ClientOptions& options, const std::vector<Endpoint>& endpoints,
