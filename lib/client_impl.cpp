@@ -620,15 +620,23 @@ void ClientImpl::wake_waiters(const std::string& key, bool lost) {
   }
 }
 
-// A waiter that only listened (fail_attempt: a release would be heard) polls, now that it
-// would not be: never later than its give-up, and like any poll it uses one of retry_count.
-// A waiter with its attempt out, or with a retry of any other kind, is left as it is.
+// A waiter that relied on hearing a release polls, now that it would not hear one: one that
+// only listened (until its give-up), or one whose counted retry at the holders' expiry is
+// later than its poll. The rules are fail_attempt's: a listener polls if it has a poll left
+// before its wait ends (and uses one of retry_count); the expiry's retry was counted already.
+// A waiter with its attempt out (fail_attempt sees it) or a wake-up's retry pending (no later
+// than a poll) is left as it is.
 void ClientImpl::poll_instead_of_listening(const std::shared_ptr<Operation>& op, std::uint64_t now) {
   AcquirePart& acquire = op->acquire();
-  if (acquire.retry_timer == 0 || !acquire.giving_up || acquire.retries_left == 0) return;
+  if (acquire.retry_timer == 0 || !(acquire.giving_up || acquire.polling)) return;
   const std::uint64_t poll_at = next_poll_at(now);
-  if (poll_at >= acquire.retry_at_ns) return;
-  if (acquire.retries_left > 0) --acquire.retries_left;
+  if (acquire.giving_up) {
+    const std::uint64_t wait = acquire.wait_deadline_ns;
+    if (acquire.retries_left == 0 || (wait != 0 && poll_at >= wait)) return;
+    if (acquire.retries_left > 0) --acquire.retries_left;
+  } else if (poll_at >= acquire.retry_at_ns) {
+    return;  // a poll already, or an expiry before the next poll
+  }
   arm_retry(op, poll_at, false);
   acquire.polling = true;
 }

@@ -472,17 +472,16 @@ TEST(WaitTest, OneMasterWithoutChannelsStillLetsTheWaiterHear) {
   EXPECT_TRUE(waiter.release(*granted.lock));
 }
 
-// Channel rights revoked on every master while two waiters of one Client only listen: Redis
-// closes their subscriber connections, and a new SUBSCRIBE is refused. A lost subscriber
+// Channel rights revoked on every master while two waiters of one Client wait for a release:
+// Redis closes their subscriber connections, and a new SUBSCRIBE is refused. A lost subscriber
 // connection wakes the first in line alone (AttackWaitTest), so the second must start to poll
 // then: the holder's release is heard by nobody, the first waiter polls its way in, and its
-// short lock then expires unreleased, unannounced. Without that, the second listened until
-// its wait ran out, the key free.
-TEST(WaitTest, WaitersThatOnlyListenedPollOnceAnnouncementsAreLost) {
+// short lock then expires unreleased, unannounced. Returns after both were granted (or not).
+void both_waiters_poll_once_announcements_are_lost(Milliseconds holder_ttl, Milliseconds wait) {
   RedisServerGroup masters(3);
   for (std::size_t i = 0; i < 3; ++i) ASSERT_EQ(masters[i].command(acl(true)).type, Reply::Type::status);
   auto holder_options = options_for(masters);
-  holder_options.ttl = 30s;
+  holder_options.ttl = holder_ttl;
   Client holder(holder_options);
   auto options = options_for(as_user(masters));
   options.on_warning = [](const std::string&) {};
@@ -494,7 +493,7 @@ TEST(WaitTest, WaitersThatOnlyListenedPollOnceAnnouncementsAreLost) {
   ASSERT_TRUE(waiter.wait_connected(3, 5s));
   const Result held = holder.acquire("job");
   ASSERT_TRUE(held.ok()) << format_result(held);
-  AcquireOptions acquire = wait_for(8s);
+  AcquireOptions acquire = wait_for(wait);
   acquire.ttl = 500ms;  // never released: expires
   auto first = acquire_later(waiter, "job", acquire);
   ASSERT_TRUE(eventually([&] { return command_calls(masters[0], "set") >= 2; }));
@@ -518,6 +517,18 @@ TEST(WaitTest, WaitersThatOnlyListenedPollOnceAnnouncementsAreLost) {
   }
   std::printf("[ wait    ] announcements lost: release -> both waiters granted %.2f ms (the first's ttl 500 ms)\n",
               ms_since(released_at));
+}
+
+// The waiters only listen: the holder's key outlives their wait. Without the conversion to
+// polls, the second listened until its wait ran out, the key free.
+TEST(WaitTest, WaitersThatOnlyListenedPollOnceAnnouncementsAreLost) {
+  both_waiters_poll_once_announcements_are_lost(30s, 8s);
+}
+
+// The waiters would retry at the holder's expiry, 10 s on (their wait is longer): they poll
+// instead. Without it (review of fe6d8ac), the second slept until that expiry.
+TEST(WaitTest, WaitersWaitingForTheHoldersExpiryPollOnceAnnouncementsAreLost) {
+  both_waiters_poll_once_announcements_are_lost(10s, 20s);
 }
 
 // release_notifications = false: polling only, as before (the waiter gives up when its next
