@@ -4,7 +4,9 @@
 
 #include <hiredis/hiredis.h>
 
-#include <cstdlib>
+#include <algorithm>
+#include <charconv>
+#include <system_error>
 #include <memory>
 #include <utility>
 
@@ -45,15 +47,22 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view) override {
     if (done_) return;
     if (index == target_) {  // the raise
-      finish(reply != nullptr && reply->type == REDIS_REPLY_INTEGER &&
+      finish(reply != nullptr && reply->type == REDIS_REPLY_INTEGER && fence_in_range(reply->integer) &&
              static_cast<std::uint64_t>(reply->integer) >= highest_);
       return;
     }
     ++answered_;
-    if (reply != nullptr && (reply->type == REDIS_REPLY_NIL || reply->type == REDIS_REPLY_STRING)) {
+    // A counter that is not a plain number up to kMaxFence is not read: a hostile master's
+    // value must not be written into this one.
+    if (reply != nullptr && reply->type == REDIS_REPLY_NIL) {
       ++read_;
-      if (reply->type == REDIS_REPLY_STRING) {
-        highest_ = std::max<std::uint64_t>(highest_, std::strtoull(reply->str, nullptr, 10));
+    } else if (reply != nullptr && reply->type == REDIS_REPLY_STRING) {
+      std::uint64_t value = 0;
+      const char* end = reply->str + reply->len;
+      const auto [at, error] = std::from_chars(reply->str, end, value);
+      if (error == std::errc{} && at == end && reply->len > 0 && value <= kMaxFence) {
+        ++read_;
+        highest_ = std::max(highest_, value);
       }
     }
     if (read_ == needed_ && !raising_) {

@@ -13,6 +13,11 @@ bool starts_with(const redisReply& reply, std::string_view prefix) {
   return reply.len >= prefix.size() && std::string_view(reply.str, prefix.size()) == prefix;
 }
 
+std::string fence_out_of_range(long long counter) {
+  return "fencing counter " + std::to_string(counter) + " is beyond " + std::to_string(kMaxFence) +
+         " (2^53 - 1), the largest the fencing scripts compare exactly: not counted";
+}
+
 std::string describe_unexpected(const redisReply& reply) {
   switch (reply.type) {
     case REDIS_REPLY_STRING:
@@ -122,16 +127,23 @@ ReplyVote classify_reply(RoundKind kind, bool fencing, std::uint64_t fence, cons
     }
   } else if (fenced_acquire) {
     // kFencedAcquireScript: the counter after INCR when granted, nil when held.
-    if (reply.type == REDIS_REPLY_INTEGER && reply.integer > 0) {
+    if (reply.type == REDIS_REPLY_INTEGER && reply.integer > 0 && fence_in_range(reply.integer)) {
       vote.status = MasterStatus::ok;
       vote.counter = reply.integer;
+    } else if (reply.type == REDIS_REPLY_INTEGER && reply.integer > 0) {
+      vote.error = fence_out_of_range(reply.integer);
+      return vote;
     } else if (reply.type == REDIS_REPLY_NIL) {
       vote.status = MasterStatus::held_by_other;
     }
   } else if (kind == RoundKind::fence) {
     // kFenceRaiseScript: the counter afterwards; acknowledged when it reached the token.
-    if (reply.type == REDIS_REPLY_INTEGER && reply.integer >= 0 && static_cast<std::uint64_t>(reply.integer) >= fence) {
+    if (reply.type == REDIS_REPLY_INTEGER && fence_in_range(reply.integer) &&
+        static_cast<std::uint64_t>(reply.integer) >= fence) {
       vote.status = MasterStatus::ok;
+    } else if (reply.type == REDIS_REPLY_INTEGER && reply.integer > 0 && !fence_in_range(reply.integer)) {
+      vote.error = fence_out_of_range(reply.integer);
+      return vote;
     }
   } else if (reply.type == REDIS_REPLY_INTEGER && reply.integer >= -1 && reply.integer <= 1) {
     // kReleaseScript, kExtendScript: -1 another owner, 0 no key, 1 done.

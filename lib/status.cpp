@@ -160,7 +160,13 @@ void StatusQuery::read(std::uint32_t index, Command command, const redisReply& r
       }
       const auto seconds = number<long long>(text_of(*reply.element[0]));
       const auto micros = number<long long>(text_of(*reply.element[1]));
-      if (!seconds || !micros || *seconds > 1'000'000'000'000LL) return;
+      // Checked before the sum (a hostile 2^63 - 1 microseconds overflowed it).
+      if (!seconds || !micros || *seconds < 0 || *seconds > 1'000'000'000'000LL || *micros < 0 || *micros > 999'999) {
+        const auto cut = [](std::string_view text) { return std::string(text.substr(0, 24)); };
+        report.warnings.push_back("TIME said " + cut(text_of(*reply.element[0])) + " s and " +
+                                  cut(text_of(*reply.element[1])) + " us: not a time");
+        return;
+      }
       const microseconds server{*seconds * 1'000'000LL + *micros};
       const auto before = std::chrono::duration_cast<microseconds>(wall_before_.time_since_epoch());
       const auto after = std::chrono::duration_cast<microseconds>(pending_[index].wall_after.time_since_epoch());

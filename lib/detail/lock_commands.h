@@ -76,6 +76,19 @@ inline constexpr std::string_view kFencedAcquireScript =
     "return redis.call('INCR', KEYS[2]) end "
     "return false";
 
+// The largest fencing counter a master may report and be counted: the raise script compares
+// Lua numbers (doubles), exact up to 2^53. Beyond it a raise could be acknowledged below its
+// token (near 2^62 doubles are 1024 apart), and near 2^63 INCR overflows: a master reporting
+// such a counter (hostile, or set by hand) is not counted, and its value is never written into
+// the others (HostileMasterTest.AHugeFencingCounterOnOneMasterIsNotWrittenIntoTheOthers).
+inline constexpr std::uint64_t kMaxFence = (std::uint64_t{1} << 53) - 1;
+
+// Whether `value`, a counter a master reported, may be counted (1 .. kMaxFence, or 0 where
+// the counter does not exist yet).
+constexpr bool fence_in_range(long long value) noexcept {
+  return value >= 0 && static_cast<std::uint64_t>(value) <= kMaxFence;
+}
+
 // Fencing round 2 and catch-up: counter = max(counter, ARGV[1]); returns the new value.
 inline constexpr std::string_view kFenceRaiseScript =
     "local c = tonumber(redis.call('GET', KEYS[1]) or '0') "
