@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "detail/commands.h"
+#include "detail/diagnostics.h"
 #include "detail/uv_handle.h"
 #include "tls/tls_session.h"
 
@@ -347,7 +348,7 @@ void Connection::deliver(Pending pending, const redisReply* reply) {
   // One of our own handshake commands.
   if (handshake_left_ > 0) --handshake_left_;
   if (pending.step == Step::must_succeed && reply->type == REDIS_REPLY_ERROR) {
-    fail("handshake failed: " + std::string(reply->str, reply->len));
+    fail("handshake failed: " + kept_server_text(std::string_view(reply->str, reply->len)));
     return;
   }
   if (pending.step == Step::checked) {

@@ -11,6 +11,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "detail/diagnostics.h"
 #include "detail/lock_commands.h"
 #include "detail/token.h"
 
@@ -32,7 +33,8 @@ std::string text_of(const redisReply& reply) {
 
 // Adds one problem; a server text already reported (EVALSHA refused for every script) is
 // not repeated.
-void deny(std::string& into, const std::string& what, const std::string& server_text) {
+void deny(std::string& into, const std::string& what, std::string_view text_from_server) {
+  const std::string server_text = kept_server_text(text_from_server);
   if (!server_text.empty() && into.find(server_text) != std::string::npos) return;
   if (!into.empty()) into += "; ";
   into += what;
@@ -88,13 +90,13 @@ std::vector<HandshakeStep> LockCommands::handshake_steps() const {
                          reply.element[2]->type != REDIS_REPLY_STRING) {
                        return;
                      }
-                     const std::string lock_missing(reply.element[0]->str, reply.element[0]->len);
-                     const std::string fence_missing(reply.element[1]->str, reply.element[1]->len);
+                     const std::string lock_missing = kept_server_text(std::string_view(reply.element[0]->str, reply.element[0]->len));
+                     const std::string fence_missing = kept_server_text(std::string_view(reply.element[1]->str, reply.element[1]->len));
                      if (!lock_missing.empty()) {
                        deny(info.not_permitted,
                             "the ACL denies " + lock_missing + " on keys under the prefix '" + prefix + "'", {});
                      }
-                     const std::string notify_missing(reply.element[2]->str, reply.element[2]->len);
+                     const std::string notify_missing = kept_server_text(std::string_view(reply.element[2]->str, reply.element[2]->len));
                      if (!notify_missing.empty()) {
                        deny(info.notify_not_permitted,
                             "the ACL denies " + notify_missing + " on the release channels '" +

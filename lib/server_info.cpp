@@ -8,12 +8,15 @@
 #include <limits>
 #include <string_view>
 
+#include "detail/diagnostics.h"
+
 namespace redlock::detail {
 
 void read_info_server(const redisReply& reply, std::uint64_t read_at_ns, ServerInfo& info) {
   if (reply.type != REDIS_REPLY_STRING) {
     info.error = "INFO server failed: " +
-                 (reply.type == REDIS_REPLY_ERROR ? std::string(reply.str, reply.len) : std::string("no text"));
+                 (reply.type == REDIS_REPLY_ERROR ? kept_server_text(std::string_view(reply.str, reply.len))
+                                                  : std::string("no text"));
     return;
   }
   const std::string_view text(reply.str, reply.len);

@@ -30,4 +30,15 @@ class Diagnostics {
   const std::function<void(const std::string&)> on_warning_;
 };
 
+// A text from a master (a handshake error, an ACL denial) as kept on its connection, to be
+// shown (redacted, cut) in every row of every round the master then misses: whole up to
+// kMaxKeptText; a longer one, which no Redis sends, only by its size. Kept whole, one master's
+// 1 MiB text cost every round megabytes of copying. Never cut: a cut could split a password
+// that Diagnostics::shown would then not mask.
+inline constexpr std::size_t kMaxKeptText = 512;
+inline std::string kept_server_text(std::string_view text) {
+  if (text.size() <= kMaxKeptText) return std::string(text);
+  return "(a " + std::to_string(text.size()) + "-byte text, not kept)";
+}
+
 }  // namespace redlock::detail
