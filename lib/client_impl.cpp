@@ -728,7 +728,13 @@ void ClientImpl::note_release(const Operation& op, const Round& round) {
   }
   if (!others) return;
   const std::uint64_t now = now_ns();
-  if (yield_until_.size() >= 1024) std::erase_if(yield_until_, [now](const auto& entry) { return entry.second <= now; });
+  // Swept when it has doubled, as held_here_: swept at a fixed size, a map of live entries (a
+  // long yield, or a master answering every release with a second receiver) was scanned
+  // whole on every release.
+  if (yield_until_.size() >= yield_until_sweep_at_) {
+    std::erase_if(yield_until_, [now](const auto& entry) { return entry.second <= now; });
+    yield_until_sweep_at_ = std::max<std::size_t>(1024, 2 * yield_until_.size());
+  }
   yield_until_[op.key] = deadline_after(now, options_.yield_to_waiters);
 }
 

@@ -161,8 +161,10 @@ class ClientImpl {
   // Keys announced released during this pass of the loop, their waiters not yet woken (true:
   // a subscriber connection was lost, ReleaseWatch::Wake).
   std::unordered_map<std::string, bool> announced_;
-  // yield_to_waiters: key -> until when this Client's next acquire of it waits (loop time).
+  // yield_to_waiters: key -> until when this Client's next acquire of it waits (loop time);
+  // expired entries are swept when it has doubled (from 1024).
   std::unordered_map<std::string, std::uint64_t> yield_until_;
+  std::size_t yield_until_sweep_at_ = 1024;
   // Keys this Client was granted by an acquire, until when (loop time: the acquire's validity;
   // renewals do not move it, so that an extend decided after a release began cannot put it
   // back). While one is held here, announcements of the key wake none of this Client's
