@@ -162,9 +162,9 @@ void StatusQuery::read(std::uint32_t index, Command command, const redisReply& r
       const auto micros = number<long long>(text_of(*reply.element[1]));
       // Checked before the sum (a hostile 2^63 - 1 microseconds overflowed it).
       if (!seconds || !micros || *seconds < 0 || *seconds > 1'000'000'000'000LL || *micros < 0 || *micros > 999'999) {
-        const auto cut = [](std::string_view text) { return std::string(text.substr(0, 24)); };
-        report.warnings.push_back("TIME said " + cut(text_of(*reply.element[0])) + " s and " +
-                                  cut(text_of(*reply.element[1])) + " us: not a time");
+        // shown(): a master may echo the password it was sent, here as anywhere.
+        report.warnings.push_back(diagnostics_.shown("TIME said " + std::string(text_of(*reply.element[0])) + " s and " +
+                                                     std::string(text_of(*reply.element[1])) + " us: not a time"));
         return;
       }
       const microseconds server{*seconds * 1'000'000LL + *micros};

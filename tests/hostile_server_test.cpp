@@ -52,7 +52,10 @@ enum class Behaviour {
   huge_fence,         // honest, but its fencing counter is 2^63 - 1: GET and the lock scripts say so
   huge_time,          // honest, but TIME says 10^12 s and 2^63 - 1 microseconds
   huge_denial,        // the handshake's permission check says 1,000,000 bytes of commands are denied
+  password_time,      // honest, but TIME's seconds are the password it was sent (kEchoedPassword)
 };
+
+constexpr const char* kEchoedPassword = "echoed-Pw-7q2x";
 
 constexpr const char* kHugeFence = "9223372036854775807";
 
@@ -240,6 +243,9 @@ class HostileServer {
     if (behaviour_ == Behaviour::huge_denial && probe && (name == "EVALSHA" || name == "EVAL")) {
       // The permission check's three lists: the lock's commands denied, the fencing's, the channels'.
       peer.out += "*3\r\n$1000000\r\n" + std::string(1'000'000, 'x') + "\r\n$0\r\n\r\n$0\r\n\r\n";
+    } else if (behaviour_ == Behaviour::password_time && name == "TIME") {
+      peer.out += "*2\r\n$" + std::to_string(std::string_view(kEchoedPassword).size()) + "\r\n" + kEchoedPassword +
+                  "\r\n$1\r\n0\r\n";
     } else if (behaviour_ == Behaviour::huge_time && name == "TIME") {
       peer.out += "*2\r\n$13\r\n1000000000000\r\n$19\r\n9223372036854775807\r\n";
     } else if (behaviour_ == Behaviour::huge_fence && name == "GET") {
@@ -523,7 +529,7 @@ TEST(HostileMasterTest, AHugeFencingCounterOnOneMasterIsNotWrittenIntoTheOthers)
   fenced.retry_count = 20;
   const Result held = client.acquire("fenced", fenced);
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
-  EXPECT_LE(held.lock->fence, std::uint64_t{1} << 53) << format_result(held);
+  EXPECT_LE(held.lock->fence, (std::uint64_t{1} << 53) - 1) << format_result(held);
   EXPECT_NE(held.masters[kHostile].status, MasterStatus::ok) << format_result(held);  // refused, or pending
   for (std::size_t i = 0; i < real.size(); ++i) {
     EXPECT_NE(get(real[i], options.fence_key), kHugeFence) << "real master " << i;
@@ -570,6 +576,25 @@ TEST(HostileMasterTest, AHugeDenialTextIsKeptByItsSize) {
   EXPECT_NE(held.masters[kHostile].error.find("a 1000000-byte text, not kept"), std::string::npos)
       << held.masters[kHostile].error.substr(0, 200);
   client.release(*held.lock);
+}
+
+// FAILS (a hole, review of the test above's fix): the warning for a TIME that is not one showed
+// what the master sent unmasked, and a master may echo the password it was sent.
+TEST(HostileMasterTest, ATimeThatIsNotOneIsShownWithoutThePassword) {
+  RedisServerGroup real(2);
+  HostileServer bad(Behaviour::password_time);
+  std::vector<std::string> uris = real.uris();
+  uris.push_back("redis://:" + std::string(kEchoedPassword) + "@" + bad.uri().substr(std::string("redis://").size()));
+  Client client(options_for(uris));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const FleetStatus status = client.status();
+  ASSERT_EQ(status.masters.size(), 3u);
+  bool warned = false;
+  for (const auto& warning : status.masters[2].warnings) {
+    warned = warned || warning.find("TIME said") != std::string::npos;
+    EXPECT_EQ(warning.find(kEchoedPassword), std::string::npos) << warning;
+  }
+  EXPECT_TRUE(warned) << "no warning about the time";
 }
 
 // Throughput with one hostile master of five, against five real ones. A printed figure, not

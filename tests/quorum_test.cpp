@@ -438,6 +438,21 @@ TEST(ClassifyReply, WhatEachKindCountsAsAnAnswer) {
 
 // Waiting (issue 11): the waiting acquire variant answers +OK or the held key's PTTL; a
 // release that reached subscribers answers {1, receivers}, which means "deleted" as 1 does.
+// A counter is counted up to 2^53 - 1 (kMaxFence: the raise script compares doubles), and a
+// row beyond says why (HostileMasterTest has a master whose counter is 2^63 - 1).
+TEST(ClassifyReply, AFencingCounterBeyondTwoToTheFiftyThreeIsNotCounted) {
+  const auto at_max = classify_reply(RoundKind::acquire, true, 0, *reply_of(":9007199254740991\r\n"));
+  EXPECT_EQ(at_max.status, MasterStatus::ok);
+  EXPECT_EQ(at_max.counter, 9007199254740991LL);
+  const auto beyond = classify_reply(RoundKind::acquire, true, 0, *reply_of(":9007199254740992\r\n"));
+  EXPECT_EQ(beyond.status, MasterStatus::server_error);
+  EXPECT_NE(beyond.error.find("fencing counter 9007199254740992 is beyond 9007199254740991"), std::string::npos)
+      << beyond.error;
+  EXPECT_EQ(classify_reply(RoundKind::fence, false, 7, *reply_of(":9007199254740991\r\n")).status, MasterStatus::ok);
+  EXPECT_EQ(classify_reply(RoundKind::fence, false, 7, *reply_of(":9223372036854775807\r\n")).status,
+            MasterStatus::server_error);
+}
+
 TEST(ClassifyReply, WaitingAcquireAndAnnouncedRelease) {
   EXPECT_EQ(classify_reply(RoundKind::acquire, false, 0, *reply_of("+OK\r\n"), true).status, MasterStatus::ok);
   const auto held = classify_reply(RoundKind::acquire, false, 0, *reply_of(":420\r\n"), true);

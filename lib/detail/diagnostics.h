@@ -36,9 +36,15 @@ class Diagnostics {
 // 1 MiB text cost every round megabytes of copying. Never cut: a cut could split a password
 // that Diagnostics::shown would then not mask.
 inline constexpr std::size_t kMaxKeptText = 512;
+// Of a longer text only its first word is kept, when it is an error code (capitals only:
+// WRONGPASS, NOPERM...), which callers read (the CLI's exit status for refused credentials).
 inline std::string kept_server_text(std::string_view text) {
   if (text.size() <= kMaxKeptText) return std::string(text);
-  return "(a " + std::to_string(text.size()) + "-byte text, not kept)";
+  std::size_t code = 0;
+  while (code < text.size() && code < 16 && text[code] >= 'A' && text[code] <= 'Z') ++code;
+  const bool coded = code > 0 && code < text.size() && text[code] == ' ';
+  return (coded ? std::string(text.substr(0, code)) + " " : std::string()) + "(a " + std::to_string(text.size()) +
+         "-byte text, not kept)";
 }
 
 }  // namespace redlock::detail
