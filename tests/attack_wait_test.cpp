@@ -22,6 +22,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdio>
+#include <functional>
 #include <future>
 #include <stdexcept>
 #include <string>
@@ -324,95 +325,104 @@ TEST(AttackWaitTest, APublishFloodDoesNotMakeWaitersRetryAtRoundTripRate) {
   holder.release(*held.lock);
 }
 
-// FAILS (amplification): every waiter of a key woken by each announcement. 500 waiters of
-// one key on one Client (a server's request threads waiting for the same lock) each retried
-// on a PUBLISH flood, each spending its own free-retry spacing: one PUBLISH cost 500 rounds
-// on every master, and a flood thousands per second, which also kept the Client's loop busy
-// (AttackLeaseTest.APublishFloodOnAKeyWithManyWaitersDoesNotDelayALeasesLossSignal). Only one
-// of them can win a handoff: the Client must cost the masters what one waiter costs.
-TEST(AttackWaitTest, APublishFloodCostsTheMastersOneWaitersRoundsHoweverManyWaitOnOneClient) {
-  RedisServerGroup masters(3);
-  auto holder_options = options_for(masters);
-  holder_options.ttl = 30s;
-  Client holder(holder_options);
-  auto waiter_options = options_for(masters);
-  waiter_options.retry_delay = 10s;  // no poll within the test
-  Client waiter(waiter_options);
-  ASSERT_TRUE(holder.wait_connected(3, 5s));
-  ASSERT_TRUE(waiter.wait_connected(3, 5s));
-  const Result held = holder.acquire("herd");
-  ASSERT_TRUE(held) << format_result(held);
-  constexpr int kWaiters = 500;
-  AcquireOptions wait;
-  wait.retry_count = -1;
-  wait.wait = 30s;
-  for (int i = 0; i < kWaiters; ++i) waiter.acquire_async("herd", [](Result) {}, wait);
-  // Every waiter made its first attempt (SET) and the key's subscription is confirmed; its
-  // confirmation's wake-up has been tried.
-  ASSERT_TRUE(eventually([&] { return command_calls(masters[0], "set") >= kWaiters + 1; }, 10s));
-  ASSERT_TRUE(eventually([&] { return channel_subscribers(masters[0], held.lock->key) >= 1; }, 10s));
-  std::this_thread::sleep_for(500ms);
-  const long long before = command_calls(masters[0], "evalsha");
-  PublishFlood flood(masters[0].port(), held.lock->key, 50, 1ms);
-  std::this_thread::sleep_for(1s);
-  flood.stop();
-  std::this_thread::sleep_for(200ms);  // the last woken rounds answered
-  // A waiting retry is one EVALSHA, its failed attempt's release another.
-  const long long retries = (command_calls(masters[0], "evalsha") - before) / 2;
-  std::printf("[figure] PUBLISH flood (%lld messages, 1 s) on a key with %d waiters on one Client: %lld retries\n",
-              flood.published(), kWaiters, retries);
-  EXPECT_LE(retries, kAttemptBound) << "the Client retried per waiter, not as one";
-  holder.release(*held.lock);
-}
+// 500 waiters of one key on one Client (a server's request threads waiting for the same
+// lock) behind a holder with a 30 s ttl. retry_delay 10 s: no poll within a test.
+struct Herd {
+  static constexpr int kWaiters = 500;
+  static ClientOptions holding(const RedisServerGroup& group) {
+    auto options = options_for(group);
+    options.ttl = 30s;
+    return options;
+  }
+  static ClientOptions waiting(const RedisServerGroup& group) {
+    auto options = options_for(group);
+    options.retry_delay = 10s;
+    return options;
+  }
 
-// 500 waiters of one key on one Client while `droppers` of three masters drop every subscriber
-// connection (CLIENT KILL TYPE pubsub, what a hostile master or an operator's script can do)
-// every 60 ms for a second; returns the retries the masters paid meanwhile. The Client
-// reconnects and subscribes again each time (reconnect_min 20 ms).
-long long retries_while_subscribers_are_dropped(std::size_t droppers) {
-  RedisServerGroup masters(3);
-  auto holder_options = options_for(masters);
-  holder_options.ttl = 30s;
-  Client holder(holder_options);
-  auto waiter_options = options_for(masters);
-  waiter_options.retry_delay = 10s;  // no poll within the test
-  Client waiter(waiter_options);
-  EXPECT_TRUE(holder.wait_connected(3, 5s));
-  EXPECT_TRUE(waiter.wait_connected(3, 5s));
-  const Result held = holder.acquire("dropped");
-  EXPECT_TRUE(held) << format_result(held);
-  if (!held) return -1;
-  constexpr int kWaiters = 500;
-  AcquireOptions wait;
-  wait.retry_count = -1;
-  wait.wait = 30s;
-  for (int i = 0; i < kWaiters; ++i) waiter.acquire_async("dropped", [](Result) {}, wait);
-  const auto subscribed_everywhere = [&] {
+  RedisServerGroup masters{3};
+  Client holder{holding(masters)};
+  Client waiter{waiting(masters)};
+  Result held;
+
+  bool subscribed_everywhere() {
     for (std::size_t i = 0; i < masters.size(); ++i) {
       if (channel_subscribers(masters[i], held.lock->key) < 1) return false;
     }
     return true;
-  };
-  EXPECT_TRUE(eventually([&] { return command_calls(masters[2], "set") >= kWaiters + 1; }, 10s));
-  EXPECT_TRUE(eventually(subscribed_everywhere, 10s));
-  std::this_thread::sleep_for(500ms);
-  const long long before = command_calls(masters[2], "evalsha");
-  const auto until = std::chrono::steady_clock::now() + 1s;
-  int drops = 0;
-  while (std::chrono::steady_clock::now() < until) {
-    for (std::size_t i = 0; i < droppers; ++i) masters[i].command({"CLIENT", "KILL", "TYPE", "pubsub"});
-    ++drops;
-    std::this_thread::sleep_for(60ms);
   }
-  EXPECT_TRUE(eventually(subscribed_everywhere, 5s));
-  std::this_thread::sleep_for(200ms);  // the last woken rounds answered
-  // A waiting retry is one EVALSHA, its failed attempt's release another. Counted on a master
-  // that never dropped anyone: each retry goes to every master.
-  const long long retries = (command_calls(masters[2], "evalsha") - before) / 2;
+
+  // The holder takes `resource`, the waiters queue; returns once each made its first attempt
+  // (SET), every master confirmed the key's subscription, and the wake-ups of those
+  // confirmations have been tried.
+  bool start(const std::string& resource) {
+    if (!holder.wait_connected(3, 5s) || !waiter.wait_connected(3, 5s)) return false;
+    held = holder.acquire(resource);
+    if (!held) return false;
+    AcquireOptions wait;
+    wait.retry_count = -1;
+    wait.wait = 30s;
+    for (int i = 0; i < kWaiters; ++i) waiter.acquire_async(resource, [](Result) {}, wait);
+    if (!eventually([&] { return command_calls(masters[2], "set") >= kWaiters + 1; }, 10s)) return false;
+    if (!eventually([&] { return subscribed_everywhere(); }, 10s)) return false;
+    std::this_thread::sleep_for(500ms);
+    return true;
+  }
+
+  // The retries the masters paid while `disturb` ran, and 200 ms more for the last woken rounds
+  // to be answered. A waiting retry is one EVALSHA, its failed attempt's release another;
+  // counted on masters[2], which the tests leave alone: each retry goes to every master.
+  long long retries_during(const std::function<void()>& disturb) {
+    const long long before = command_calls(masters[2], "evalsha");
+    disturb();
+    std::this_thread::sleep_for(200ms);
+    return (command_calls(masters[2], "evalsha") - before) / 2;
+  }
+};
+
+// FAILS (amplification): every waiter of a key woken by each announcement. 500 waiters of
+// one key on one Client each retried on a PUBLISH flood, each spending its own free-retry
+// spacing: one PUBLISH cost 500 rounds on every master, and a flood thousands per second,
+// which also kept the Client's loop busy
+// (AttackLeaseTest.APublishFloodOnAKeyWithManyWaitersDoesNotDelayALeasesLossSignal). Only one
+// of them can win a handoff: the Client must cost the masters what one waiter costs.
+TEST(AttackWaitTest, APublishFloodCostsTheMastersOneWaitersRoundsHoweverManyWaitOnOneClient) {
+  Herd herd;
+  ASSERT_TRUE(herd.start("herd"));
+  long long published = 0;
+  const long long retries = herd.retries_during([&] {
+    PublishFlood flood(herd.masters[0].port(), herd.held.lock->key, 50, 1ms);
+    std::this_thread::sleep_for(1s);
+    flood.stop();
+    published = flood.published();
+  });
+  std::printf("[figure] PUBLISH flood (%lld messages, 1 s) on a key with %d waiters on one Client: %lld retries\n",
+              published, Herd::kWaiters, retries);
+  EXPECT_LE(retries, kAttemptBound) << "the Client retried per waiter, not as one";
+  herd.holder.release(*herd.held.lock);
+}
+
+// The retries while `droppers` of the three masters drop every subscriber connection (CLIENT
+// KILL TYPE pubsub, what a hostile master or an operator's script can do) every 60 ms for a
+// second. The Client reconnects and subscribes again each time (reconnect_min 20 ms).
+long long retries_while_subscribers_are_dropped(std::size_t droppers) {
+  Herd herd;
+  EXPECT_TRUE(herd.start("dropped"));
+  if (!herd.held) return -1;
+  int drops = 0;
+  const long long retries = herd.retries_during([&] {
+    const auto until = std::chrono::steady_clock::now() + 1s;
+    while (std::chrono::steady_clock::now() < until) {
+      for (std::size_t i = 0; i < droppers; ++i) herd.masters[i].command({"CLIENT", "KILL", "TYPE", "pubsub"});
+      ++drops;
+      std::this_thread::sleep_for(60ms);
+    }
+    EXPECT_TRUE(eventually([&] { return herd.subscribed_everywhere(); }, 5s));
+  });
   std::printf("[figure] %d drops of every subscriber connection on %zu of 3 masters in 1 s, %d waiters on one "
               "Client: %lld retries\n",
-              drops, droppers, kWaiters, retries);
-  holder.release(*held.lock);
+              drops, droppers, Herd::kWaiters, retries);
+  herd.holder.release(*herd.held.lock);
   return retries;
 }
 
