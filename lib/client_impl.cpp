@@ -600,7 +600,7 @@ void ClientImpl::wake_announced() {
 // Client's (docs/design.md "One wake-up, one waiter"). `lost`: a subscriber connection was
 // lost, and what it would have heard is unknown. The next in line tries once, as for an
 // announcement; when the key's announcements can no longer be relied on, the waiters that
-// only listened poll (at retry_delay, as fail_attempt would have had them do). Waking every
+// relied on hearing a release poll (poll_instead_of_listening: by fail_attempt's rules). Waking every
 // waiter instead let a master that drops subscriber connections again and again cost one
 // round per waiter per drop, spaced only by each waiter's own backoff (AttackWaitTest).
 void ClientImpl::wake_waiters(const std::string& key, bool lost) {
