@@ -90,7 +90,7 @@ std::shared_ptr<Operation> extend_operation(const ClientImpl& client, Lock lock,
                                             std::optional<Milliseconds> ttl) {
   if (!client.granted_here(lock)) {
     if (LockAccess::state(lock)) LockAccess::set_adopted(lock, true);
-    auto state = std::make_shared<LockState>(client.size());
+    auto state = client.make_lock_state(client.size());
     state->granted_by = &client;
     LockAccess::set_state(lock, std::move(state));
   }

@@ -302,7 +302,7 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
         op->acquire().free_at_ns = round.args().learn_pttl ? quorum_free_at(round, result.masters) : 0;
         break;
       }
-      auto state = std::make_shared<LockState>(size);
+      auto state = make_lock_state(size);
       for (std::uint32_t i = 0; i < size; ++i) {
         if (result.masters[i].status == MasterStatus::ok) {
           state->epochs[i] = masters_.incarnation(i).epoch;
@@ -761,6 +761,10 @@ void ClientImpl::warn_failed_release(const Operation& op, const Result& result) 
 
 std::shared_ptr<Operation> ClientImpl::make_operation() const {
   return std::allocate_shared<Operation>(PoolAllocator<Operation>(operations_pool_));
+}
+
+std::shared_ptr<LockState> ClientImpl::make_lock_state(std::size_t masters) const {
+  return std::allocate_shared<LockState>(PoolAllocator<LockState>(lock_states_pool_), masters);
 }
 
 void ClientImpl::release_in_background(const std::string& key, const std::string& token, Milliseconds acquired_ttl) {

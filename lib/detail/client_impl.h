@@ -47,6 +47,9 @@ class ClientImpl {
   // Any thread.
   // A new operation, from the Client's pool of them (detail/pool_allocator.h).
   [[nodiscard]] std::shared_ptr<Operation> make_operation() const;
+  // A new lock state for `masters` masters, from the Client's pool of them. (The pool outlives
+  // the Client while a Lock still holds a state from it: detail/pool_allocator.h.)
+  [[nodiscard]] std::shared_ptr<LockState> make_lock_state(std::size_t masters) const;
   OperationId submit(std::shared_ptr<Operation> op);
   void cancel_soon(OperationId id);  // posts cancel() to the loop
   Result wait_for(const std::function<void(Callback)>& start);
@@ -149,6 +152,9 @@ class ClientImpl {
   std::atomic<OperationId> next_id_{1};
   // Where operations are made (by callers on any thread; freed mostly on the loop thread).
   const std::shared_ptr<std::pmr::memory_resource> operations_pool_ = std::make_shared<BlockCache>(kCachedBlocks);
+  // Where granted locks' states are made (on the loop thread; freed wherever the last copy of
+  // the Lock dies).
+  const std::shared_ptr<std::pmr::memory_resource> lock_states_pool_ = std::make_shared<BlockCache>(kCachedBlocks);
 
   // Loop thread only.
   // The map's nodes come from a pool and go back to it: an operation in flight costs the map
