@@ -43,10 +43,15 @@ std::string row_text(const redlock::MasterResult& master) {
 std::optional<std::string> partial_grant_warning(const redlock::Result& result, const Settings& settings) {
   std::vector<std::string> unreachable;
   std::vector<std::string> refused;
+  std::vector<std::string> connecting;
   for (const auto& master : result.masters) {
     switch (master.status) {
       case redlock::MasterStatus::ok:
-      case redlock::MasterStatus::pending:  // not answered yet when the quorum was reached: no news
+        break;
+      case redlock::MasterStatus::pending:
+        // Not answered yet when the quorum was reached: no news, unless the command waited for
+        // a reconnect (the row then says why the connection was down, a refused password say).
+        if (!master.error.empty()) connecting.push_back(row_text(master));
         break;
       case redlock::MasterStatus::timeout:
       case redlock::MasterStatus::not_connected:
@@ -57,7 +62,7 @@ std::optional<std::string> partial_grant_warning(const redlock::Result& result, 
         break;
     }
   }
-  if (unreachable.empty() && refused.empty()) return std::nullopt;
+  if (unreachable.empty() && refused.empty() && connecting.empty()) return std::nullopt;
   const auto list = [](const std::vector<std::string>& rows) {
     std::string text;
     for (const auto& row : rows) text += (text.empty() ? "" : ", ") + row;
@@ -68,7 +73,8 @@ std::optional<std::string> partial_grant_warning(const redlock::Result& result, 
                      std::to_string(result.masters.size()) + " masters";
   if (!unreachable.empty()) text += "; " + std::to_string(unreachable.size()) + " unreachable: " + list(unreachable);
   if (!refused.empty()) text += "; " + std::to_string(refused.size()) + " did not grant: " + list(refused);
-  if (const auto pending = result.count(redlock::MasterStatus::pending); pending > 0) {
+  if (!connecting.empty()) text += "; " + std::to_string(connecting.size()) + " waiting for a connection: " + list(connecting);
+  if (const auto pending = result.count(redlock::MasterStatus::pending) - connecting.size(); pending > 0) {
     text += "; " + std::to_string(pending) + " had not answered yet";
   }
   return text;

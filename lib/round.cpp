@@ -62,6 +62,8 @@ void Round::start() {
     }
     if (!masters.send(i, command, shared_from_this(), late_after, release)) {
       record(i, MasterStatus::not_connected, masters.last_error(i));
+    } else if (!masters.ready(i)) {
+      note_handshake_pending(i);
     }
   }
   command.clear();  // free again (the capacity stays)
@@ -178,6 +180,16 @@ bool Round::twin_voted(std::uint32_t index) const {
   return false;
 }
 
+// The command waits for the connection's handshake (a connect or reconnect in progress). If
+// the row is still pending when the round decides, its error says so, and why the connection
+// was down (a refused password, say): a pending row is otherwise read as "no news".
+void Round::note_handshake_pending(std::uint32_t index) {
+  const std::string& last = context_.masters.last_error(index);
+  std::string note = "sent before the connection's handshake finished";
+  if (!last.empty()) note += "; its last attempt failed: " + last;
+  masters_[index].error = context_.diagnostics.shown(note);
+}
+
 void Round::record(std::uint32_t index, MasterStatus status, std::string error) {
   auto& master = masters_[index];
   master.status = status;
@@ -201,7 +213,8 @@ void Round::on_deadline() {
   if (decided_) return;
   const std::string why = "no reply within " + std::to_string(context_.command_timeout.count()) + " ms";
   for (std::uint32_t i = 0; i < masters_.size(); ++i) {
-    if (masters_[i].status == MasterStatus::pending) record(i, MasterStatus::timeout, why);
+    if (masters_[i].status != MasterStatus::pending) continue;
+    record(i, MasterStatus::timeout, masters_[i].error.empty() ? why : why + "; " + masters_[i].error);
   }
   evaluate();
 }

@@ -3,6 +3,9 @@
 // minorities and majorities, and keys pre-seeded by another owner.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
+#include "tcp_proxy.h"
 #include "test_util.h"
 
 namespace redlock::testing {
@@ -137,6 +140,39 @@ TEST_F(FaultTest, GivesUpWhenTheWaitRunsOut) {
   EXPECT_EQ(result.outcome, Outcome::taken) << format_result(result);
   EXPECT_GT(result.attempts, 1);
   EXPECT_EQ(result.masters.size(), 5u);
+}
+
+// A command sent while its master's connection is reconnecting waits for the handshake. When the
+// quorum is reached before that master answers, its row is pending, and says that it waited for
+// a handshake and why the last attempt failed: here a refused password, which the CLI's warning
+// then names. (Before, the row was pending with no error, and the CLI warned of nothing.)
+TEST(ReconnectingMasterTest, APendingRowSaysItWaitedForAHandshakeAndWhyTheLastOneFailed) {
+  RedisServerGroup masters(2);
+  support::RedisServerOptions guarded;
+  guarded.password = "the-right-one";
+  RedisServer locked(guarded);
+  std::atomic<int> handshakes{0};
+  std::atomic<bool> done{false};
+  // The first handshake reaches Redis (WRONGPASS); every later one is held until the test ends.
+  TcpProxy proxy(locked.port(), [&](std::string_view chunk) {
+    if (chunk.find("AUTH") == std::string_view::npos || handshakes.fetch_add(1) == 0) return;
+    while (!done.load()) std::this_thread::sleep_for(5ms);
+  });
+  struct Unblock {
+    std::atomic<bool>& done;
+    ~Unblock() { done = true; }
+  } unblock{done};
+  auto options = options_for({masters[0].uri(), masters[1].uri(),
+                              "redis://:a-wrong-one@127.0.0.1:" + proxy.uri().substr(proxy.uri().rfind(':') + 1)});
+  options.connect_timeout = 30s;  // the held handshake stays held
+  Client client(options);
+  ASSERT_TRUE(eventually([&] { return handshakes.load() >= 2; }, 10s)) << "no second handshake";
+  const Result result = client.acquire("job");
+  ASSERT_EQ(result.outcome, Outcome::acquired) << format_result(result);
+  EXPECT_EQ(result.masters[2].status, MasterStatus::pending) << format_result(result);
+  EXPECT_NE(result.masters[2].error.find("handshake"), std::string::npos) << format_result(result);
+  EXPECT_NE(result.masters[2].error.find("WRONGPASS"), std::string::npos) << format_result(result);
+  EXPECT_EQ(result.masters[2].error.find("a-wrong-one"), std::string::npos) << "the password is shown";
 }
 
 }  // namespace
