@@ -12,13 +12,16 @@
 #include <gtest/gtest.h>
 
 #include <netinet/in.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <algorithm>
 #include <fstream>
+#include <iostream>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -29,6 +32,8 @@
 #include "redlock/errors.h"
 #include "detail/connection.h"
 #include "detail/event_loop.h"
+#include "loopback_listener.h"
+#include "support/process_memory.h"
 #include "support/tls_certs.h"
 #include "test_util.h"
 #include "tls/tls_context.h"
@@ -298,6 +303,82 @@ TEST_F(TlsClientTest, PlaintextServerIsNotTlsAndGetsOnlyTheClientHello) {
   EXPECT_NE(result.masters[0].error.find("server not speaking TLS"), std::string::npos) << rows(result);
   EXPECT_EQ(rows(result).find(password), std::string::npos);
   expect_only_client_hellos(plain.received(), password);
+}
+
+// A TLS master that asks for a key update again and again and never reads (an attacker's
+// review). The engine answers each request with a KeyUpdate of ours, which the master leaves
+// unread: once the sockets' buffers are full, the answers pile up in this process. The
+// connection must be dropped once what the master has not read passes the backlog bound (our TLS
+// records included), not grow for as long as the master keeps asking. The Client is idle and its
+// handshake is never answered; the long connect timeout and the disabled stall check stand for a
+// master that answered it and then flooded (an idle connection has no command that could stall).
+TEST_F(TlsClientTest, AMasterFloodingKeyUpdateRequestsWithoutReadingIsDropped) {
+  const LoopbackListener listener("key update flood");
+  constexpr long kMostRequests = 3'000'000;  // about 80 MB each way: far past the bound
+  std::atomic<long> requests{0};
+  std::atomic<bool> hung_up{false};
+  // A small receive buffer on the master's side: the client's answers back up into its own
+  // process after a few kilobytes, not after the megabytes loopback's autotuning allows.
+  const int small = 4096;
+  ::setsockopt(listener.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  std::thread master([&] {
+    pollfd ready[2] = {{listener.fd(), POLLIN, 0}, {listener.stop_fd(), POLLIN, 0}};
+    if (::poll(ready, 2, 10'000) <= 0 || (ready[1].revents & POLLIN) != 0) return;
+    const int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+    SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+    SSL* ssl = nullptr;
+    if (fd >= 0 && ctx != nullptr && SSL_CTX_use_certificate_chain_file(ctx, pki_->server().cert_file.c_str()) == 1 &&
+        SSL_CTX_use_PrivateKey_file(ctx, pki_->server().key_file.c_str(), SSL_FILETYPE_PEM) == 1) {
+      ssl = SSL_new(ctx);
+      SSL_set_fd(ssl, fd);
+      if (SSL_accept(ssl) == 1) {
+        // The requests are written to memory and sent a thousand at a time (one syscall each
+        // would make the flood slow), until the client hangs up.
+        BIO* out = BIO_new(BIO_s_mem());
+        SSL_set0_wbio(ssl, out);
+        bool open = true;
+        while (open && requests.load() < kMostRequests) {
+          for (int i = 0; i < 1000 && SSL_key_update(ssl, SSL_KEY_UPDATE_REQUESTED) == 1 && SSL_do_handshake(ssl) == 1; ++i) {
+            ++requests;
+          }
+          char* bytes = nullptr;
+          const long size = BIO_get_mem_data(out, &bytes);
+          for (long sent = 0; open && sent < size;) {
+            const ssize_t n = ::send(fd, bytes + sent, static_cast<std::size_t>(size - sent), MSG_NOSIGNAL);
+            open = n > 0;
+            sent += std::max<ssize_t>(n, 0);
+          }
+          (void)BIO_reset(out);
+        }
+      }
+    }
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+    if (fd >= 0) ::close(fd);
+    hung_up = true;
+  });
+  auto options = tls_options_for({"rediss://127.0.0.1:" + std::to_string(listener.port())});
+  options.connect_timeout = 600s;
+  options.stall_timeout = 0ms;
+  options.reconnect_min = options.reconnect_max = 600s;  // the dropped connection's row stays not_connected
+  const long rss_before = support::rss_kib();
+  long rss_peak = rss_before;
+  Client client(options);
+  // The flood ends when the client hangs up, or at kMostRequests.
+  const auto give_up = Clock::now() + 120s;
+  while (!hung_up.load() && Clock::now() < give_up) {
+    std::this_thread::sleep_for(100ms);
+    rss_peak = std::max(rss_peak, support::rss_kib());
+  }
+  const long seen = requests.load();
+  const Result result = client.acquire("flood");
+  listener.stop();
+  master.join();
+  std::cout << seen << " key update requests; RSS " << rss_before << " -> " << rss_peak << " KiB\n";
+  EXPECT_LT(seen, kMostRequests) << "the connection was never dropped: " << rows(result);
+  ASSERT_EQ(result.masters.size(), 1u);
+  EXPECT_EQ(result.masters[0].status, MasterStatus::not_connected) << rows(result);
+  EXPECT_NE(result.masters[0].error.find("it does not read what it asks for"), std::string::npos) << rows(result);
 }
 
 TEST_F(TlsClientTest, SilentServerEndsInTheHandshakeTimeoutReason) {

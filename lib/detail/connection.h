@@ -142,6 +142,12 @@ class Connection {
   // Releases may use this much more of each (every SET below the bounds has room for its
   // release: a release encodes to a few dozen bytes more than a SET).
   static constexpr std::size_t kReleaseReserveFactor = 2;
+  // TLS: unsent bytes, commands and the engine's own records together, past which the
+  // connection is dropped. The engine answers a master's KeyUpdate request on its own; a master
+  // that keeps asking and never reads would otherwise make the answers pile up without end (an
+  // idle connection has no command whose stall would end it). Commands alone stay below
+  // kMaxUnsentBytes * kReleaseReserveFactor; the rest is room for records of the engine's own.
+  static constexpr std::size_t kMaxUnsentTlsBytes = kMaxUnsentBytes * (kReleaseReserveFactor + 1);
   // Backlog above which late commands give up their sinks; below it a late reply still
   // reaches its sender (a late grant then strengthens its lock).
   static constexpr std::size_t kKeepLateSinksUpTo = 256;
