@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "detail/ms_text.h"
+#include "detail/sweep.h"
 #include "detail/token.h"
 #include "detail/uv_handle.h"
 #include "detail/validation.h"
@@ -672,10 +673,7 @@ void ClientImpl::note_held(const std::string& key, microseconds validity, Operat
   const auto it = waiting_.find(key);
   if (it == waiting_.end()) return;
   const std::uint64_t now = now_ns();
-  if (held_here_.size() >= held_here_sweep_at_) {
-    std::erase_if(held_here_, [now](const auto& entry) { return entry.second <= now; });
-    held_here_sweep_at_ = std::max<std::size_t>(1024, 2 * held_here_.size());
-  }
+  sweep_when_doubled(held_here_, held_here_sweep_at_, 1024, [now](const auto& entry) { return entry.second <= now; });
   held_here_[key] = deadline_after(now, static_cast<std::uint64_t>(std::chrono::nanoseconds(validity).count()));  // (> 0 here)
   // Its siblings lost this handoff to it, not to another Client: their spacing starts again.
   // Only an acquire's grant does this (a quorum, which no single master can fake; once per
@@ -728,13 +726,9 @@ void ClientImpl::note_release(const Operation& op, const Round& round) {
   }
   if (!others) return;
   const std::uint64_t now = now_ns();
-  // Swept when it has doubled, as held_here_: swept at a fixed size, a map of live entries (a
-  // long yield, or a master answering every release with a second receiver) was scanned
-  // whole on every release.
-  if (yield_until_.size() >= yield_until_sweep_at_) {
-    std::erase_if(yield_until_, [now](const auto& entry) { return entry.second <= now; });
-    yield_until_sweep_at_ = std::max<std::size_t>(1024, 2 * yield_until_.size());
-  }
+  // (Swept at a fixed size, a map of live entries, a long yield or a master answering every
+  // release with a second receiver, was scanned whole on every release.)
+  sweep_when_doubled(yield_until_, yield_until_sweep_at_, 1024, [now](const auto& entry) { return entry.second <= now; });
   yield_until_[op.key] = deadline_after(now, options_.yield_to_waiters);
 }
 

@@ -13,6 +13,7 @@
 #include "detail/lock_state.h"
 #include "detail/loop_time.h"
 #include "detail/ms_text.h"
+#include "detail/sweep.h"
 #include "detail/validation.h"
 #include "redlock/client.h"
 #include "redlock/errors.h"
@@ -348,10 +349,7 @@ void ClientImpl::keep_lease(const std::shared_ptr<LeaseCore>& lease) {
     lease->client_gone();
     return;
   }
-  if (leases_.size() >= leases_sweep_at_) {
-    std::erase_if(leases_, [](const std::weak_ptr<LeaseCore>& weak) { return weak.expired(); });
-    leases_sweep_at_ = std::max<std::size_t>(64, leases_.size() * 2);
-  }
+  sweep_when_doubled(leases_, leases_sweep_at_, 64, [](const std::weak_ptr<LeaseCore>& weak) { return weak.expired(); });
   leases_.push_back(lease);
   lease->start();
 }

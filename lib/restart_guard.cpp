@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "detail/loop_time.h"
+#include "detail/sweep.h"
 
 namespace redlock::detail {
 
@@ -116,10 +117,8 @@ void RestartGuard::carry_votes_of(std::uint32_t index, std::uint32_t previous_ep
 }
 
 void RestartGuard::remember(const std::shared_ptr<LockState>& state) {
-  if (live_locks_.size() >= live_locks_sweep_at_) {
-    std::erase_if(live_locks_, [](const std::weak_ptr<LockState>& weak) { return weak.expired(); });
-    live_locks_sweep_at_ = std::max<std::size_t>(1024, live_locks_.size() * 2);
-  }
+  sweep_when_doubled(live_locks_, live_locks_sweep_at_, 1024,
+                     [](const std::weak_ptr<LockState>& weak) { return weak.expired(); });
   live_locks_.push_back(state);
 }
 
