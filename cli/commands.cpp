@@ -50,7 +50,7 @@ std::optional<std::string> partial_grant_warning(const redlock::Result& result, 
         break;
       case redlock::MasterStatus::pending:
         // Not answered yet when the quorum was reached: no news, unless the command waited for
-        // a reconnect (the row then says why the connection was down, a refused password say).
+        // a reconnect (the row then says why the connection had failed, a refused password say).
         if (!master.error.empty()) connecting.push_back(row_text(master));
         break;
       case redlock::MasterStatus::timeout:

@@ -265,6 +265,7 @@ void Connection::on_handshake_done() {
   state_ = State::ready;
   backoff_ = Milliseconds{0};
   last_error_.clear();
+  failed_because_.clear();
   steps_.clear();
   if (connect_timer_ != 0) loop_.cancel(std::exchange(connect_timer_, 0));
   const auto generation = generation_;
@@ -490,6 +491,7 @@ void Connection::check_stall() {
 void Connection::fail(std::string reason) {
   if (state_ == State::closed) return;
   last_error_ = std::move(reason);
+  failed_because_ = last_error_;
   close_socket();
   state_ = State::disconnected;
   fail_pending(last_error_);

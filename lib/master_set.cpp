@@ -73,6 +73,11 @@ bool MasterSet::notifications_permitted(std::uint32_t index) const noexcept {
   return ready(index) && connections_[index]->server_info().notify_not_permitted.empty();
 }
 
+const std::string& MasterSet::failed_because(std::uint32_t index) const {
+  static const std::string kNone;
+  return index < connections_.size() ? connections_[index]->failed_because() : kNone;
+}
+
 bool MasterSet::ready(std::uint32_t index) const noexcept {
   return index < connections_.size() && connections_[index]->ready();
 }

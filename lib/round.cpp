@@ -63,7 +63,7 @@ void Round::start() {
     if (!masters.send(i, command, shared_from_this(), late_after, release)) {
       record(i, MasterStatus::not_connected, masters.last_error(i));
     } else if (!masters.ready(i)) {
-      note_handshake_pending(i);
+      note_reconnecting(i);
     }
   }
   command.clear();  // free again (the capacity stays)
@@ -180,14 +180,14 @@ bool Round::twin_voted(std::uint32_t index) const {
   return false;
 }
 
-// The command waits for the connection's handshake (a connect or reconnect in progress). If
-// the row is still pending when the round decides, its error says so, and why the connection
-// was down (a refused password, say): a pending row is otherwise read as "no news".
-void Round::note_handshake_pending(std::uint32_t index) {
-  const std::string& last = context_.masters.last_error(index);
-  std::string note = "sent before the connection's handshake finished";
-  if (!last.empty()) note += "; its last attempt failed: " + last;
-  masters_[index].error = context_.diagnostics.shown(note);
+// The command waits for a reconnect (its connect or handshake in progress). If the row is
+// still pending when the round decides, its error says so, and why the connection failed (a
+// refused password, say): a pending row is otherwise read as "no news". A first connect
+// leaves the row as it is: nothing has failed.
+void Round::note_reconnecting(std::uint32_t index) {
+  const std::string& failure = context_.masters.failed_because(index);
+  if (failure.empty()) return;
+  masters_[index].error = context_.diagnostics.shown("sent while reconnecting; the connection failed: " + failure);
 }
 
 void Round::record(std::uint32_t index, MasterStatus status, std::string error) {
@@ -221,6 +221,7 @@ void Round::on_deadline() {
 
 void Round::resend_with_eval(std::uint32_t index) {
   learned_[index].eval_sent = true;
+  masters_[index].error.clear();  // the master answered: a reconnect's note no longer applies
   std::string own;
   std::string& command = claim_command_buffer(own);
   context_.commands.append(command, args_, true);

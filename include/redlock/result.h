@@ -46,7 +46,7 @@ enum class MasterStatus : std::uint8_t {
                   // extend and no fenced acquire, and `error` names what is missing
   pending,        // still in flight when the outcome was decided (the quorum was already
                   // reached, or already impossible). `error` is empty, or, when the command
-                  // waited for a (re)connect's handshake, says so and why the last attempt failed
+                  // waited for a reconnect, says so and why the connection had failed
 };
 
 [[nodiscard]] std::string_view to_string(Outcome outcome) noexcept;

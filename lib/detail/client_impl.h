@@ -152,8 +152,8 @@ class ClientImpl {
   std::atomic<OperationId> next_id_{1};
   // Where operations are made (by callers on any thread; freed mostly on the loop thread).
   const std::shared_ptr<std::pmr::memory_resource> operations_pool_ = std::make_shared<BlockCache>(kCachedBlocks);
-  // Where granted locks' states are made (on the loop thread; freed wherever the last copy of
-  // the Lock dies).
+  // Where lock states are made (on the loop thread for a grant, on the caller's for an extend of
+  // another Client's Lock; freed wherever the last copy of the Lock dies).
   const std::shared_ptr<std::pmr::memory_resource> lock_states_pool_ = std::make_shared<BlockCache>(kCachedBlocks);
 
   // Loop thread only.

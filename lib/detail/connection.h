@@ -117,6 +117,9 @@ class Connection {
   [[nodiscard]] State state() const noexcept { return state_; }
   [[nodiscard]] bool ready() const noexcept { return state_ == State::ready; }
   [[nodiscard]] const std::string& last_error() const noexcept { return last_error_; }
+  // Why the connection failed, if it has failed since it was last ready (empty before the
+  // first failure and once a handshake completes again).
+  [[nodiscard]] const std::string& failed_because() const noexcept { return failed_because_; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] std::size_t outstanding() const noexcept { return pending_.size(); }
   // Whether the current connection resumed a TLS session from its context's cache (an
@@ -208,6 +211,7 @@ class Connection {
   const std::string name_;
   State state_ = State::disconnected;
   std::string last_error_ = "not connected yet";
+  std::string failed_because_;  // see failed_because()
   // The current socket (see detail/uv_handle.h); null while disconnected.
   std::unique_ptr<Socket, UvClose<Socket>> socket_;
   Resolve* resolving_ = nullptr;  // owned by its pending callback, which frees it

@@ -50,6 +50,8 @@ class MasterSet {
   bool send(std::uint32_t index, std::string_view encoded, std::shared_ptr<ReplySink> sink,
             std::uint64_t late_after_ns = 0, bool release = false);
   [[nodiscard]] const std::string& last_error(std::uint32_t index) const;
+  // Connection::failed_because of master `index`.
+  [[nodiscard]] const std::string& failed_because(std::uint32_t index) const;
 
   // Why master `index` may not be sent a lock command (fenced: the fencing paths too).
   [[nodiscard]] std::optional<std::string> not_permitted(std::uint32_t index, bool fenced) const;

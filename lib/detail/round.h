@@ -137,7 +137,7 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
  private:
   friend class RoundDeadlines;
   void record(std::uint32_t index, MasterStatus status, std::string error);
-  void note_handshake_pending(std::uint32_t index);
+  void note_reconnecting(std::uint32_t index);
   void evaluate();
   void on_deadline();
   [[nodiscard]] std::uint64_t late_after_ns() const noexcept;
