@@ -221,7 +221,9 @@ void Round::on_deadline() {
 
 void Round::resend_with_eval(std::uint32_t index) {
   learned_[index].eval_sent = true;
-  masters_[index].error.clear();  // the master answered: a reconnect's note no longer applies
+  // The master answered: a reconnect's note no longer applies. (After the decision the rows
+  // have been taken: take_masters.)
+  if (!decided_) masters_[index].error.clear();
   std::string own;
   std::string& command = claim_command_buffer(own);
   context_.commands.append(command, args_, true);
