@@ -23,6 +23,7 @@ struct Connection::Socket {
   uv_tcp_t tcp{};  // first: UvClose<Socket> closes it
   uv_connect_t connect_req{};
   Connection* owner = nullptr;  // null once the Connection has let go of this socket
+  std::size_t queued_writes = 0;  // write requests libuv has not completed
   char read_buffer[64 * 1024];
 };
 
@@ -39,6 +40,10 @@ struct WriteRequest {
   uv_write_t req{};
   std::string data;
 };
+// What a queued write costs beyond its bytes: the request, and the headers of its two heap
+// blocks. Counted in the backlog: a master that makes each answer of ours a write of its own
+// (a TLS KeyUpdate request per read, say) would otherwise queue about ten times the bound.
+constexpr std::size_t kQueuedWriteCost = sizeof(WriteRequest) + 2 * 16;
 
 std::string uv_error(const char* what, int code) {
   return std::string(what) + ": " + uv_err_name(code) + " (" + uv_strerror(code) + ")";
@@ -417,7 +422,10 @@ void Connection::release_late_sinks() {
 
 std::size_t Connection::unsent_bytes() const noexcept {
   std::size_t queued = 0;
-  if (socket_ != nullptr) queued = uv_stream_get_write_queue_size(reinterpret_cast<const uv_stream_t*>(&socket_->tcp));
+  if (socket_ != nullptr) {
+    queued = uv_stream_get_write_queue_size(reinterpret_cast<const uv_stream_t*>(&socket_->tcp)) +
+             socket_->queued_writes * kQueuedWriteCost;
+  }
   return out_.size() + held_.size() + queued;
 }
 
@@ -458,6 +466,7 @@ void Connection::write_bytes(std::string& bytes) {
   const int rc = uv_write(&request->req, stream, &buf, 1, [](uv_write_t* req, int status) {
     const std::unique_ptr<WriteRequest> owned(reinterpret_cast<WriteRequest*>(req));
     auto* socket = static_cast<Socket*>(req->handle->data);
+    --socket->queued_writes;
     if (status < 0 && status != UV_ECANCELED && socket->owner != nullptr) {
       socket->owner->fail(uv_error("write", status));
     }
@@ -466,6 +475,7 @@ void Connection::write_bytes(std::string& bytes) {
     fail(uv_error("write", rc));
     return;
   }
+  ++socket_->queued_writes;
   request.release();  // the callback frees it
 }
 

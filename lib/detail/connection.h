@@ -140,7 +140,8 @@ class Connection {
   // missing vote until it answers or reconnects.
   // Commands without a reply. Past their deadline each costs one Pending and no sink.
   static constexpr std::size_t kMaxOutstanding = 1u << 16;
-  // Encoded bytes the master's socket has not taken yet (ours and libuv's write queue).
+  // Encoded bytes the master's socket has not taken yet (ours and libuv's write queue, each
+  // queued write counted with what it costs beyond its bytes).
   static constexpr std::size_t kMaxUnsentBytes = 1u << 20;
   // Releases may use this much more of each (every SET below the bounds has room for its
   // release: a release encodes to a few dozen bytes more than a SET).
