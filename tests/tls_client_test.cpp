@@ -406,7 +406,17 @@ KeyUpdateFlood flood_with_key_update_requests(const TestPki& pki, long fast_firs
 }
 
 // A thousand requests a send, as fast as the master can: the answers are written in chunks.
+// Under ThreadSanitizer every allocation and copy OpenSSL makes per key update is intercepted:
+// each flood then takes about 107 s here (12 s plain, 50 s with ASan). They check a memory
+// bound, not how threads meet, and run in the plain and ASan builds.
+#if defined(__SANITIZE_THREAD__)
+#define SKIP_KEY_UPDATE_FLOOD_UNDER_TSAN() GTEST_SKIP() << "107 s under TSan; run by the plain and ASan builds"
+#else
+#define SKIP_KEY_UPDATE_FLOOD_UNDER_TSAN() (void)0
+#endif
+
 TEST_F(TlsClientTest, AMasterFloodingKeyUpdateRequestsWithoutReadingIsDropped) {
+  SKIP_KEY_UPDATE_FLOOD_UNDER_TSAN();
   flood_with_key_update_requests(*pki_, 0, 1000, std::chrono::microseconds(0));
 }
 
@@ -416,14 +426,10 @@ TEST_F(TlsClientTest, AMasterFloodingKeyUpdateRequestsWithoutReadingIsDropped) {
 // after the 116,000 that 3 MiB of bare bytes allow. Measured (plain build, one run each): RSS
 // +3.1 MB with the cost counted, +33.9 MB without. (The first 80,000 requests go fast: the
 // kernel's socket buffers take 2 to 7 MB of answers before any queue here.)
-#if defined(__SANITIZE_THREAD__)
-constexpr long kOneByOneBoundKib = 4 * 16 * 1024;  // shadow memory for every byte touched
-#else
-constexpr long kOneByOneBoundKib = 16 * 1024;
-#endif
 TEST_F(TlsClientTest, KeyUpdateAnswersQueuedOneByOneCountWhatTheirWritesCost) {
+  SKIP_KEY_UPDATE_FLOOD_UNDER_TSAN();
   const KeyUpdateFlood flood = flood_with_key_update_requests(*pki_, 80'000, 1, std::chrono::microseconds(150));
-  EXPECT_LT(flood.rss_growth, kOneByOneBoundKib);
+  EXPECT_LT(flood.rss_growth, 16 * 1024) << "KiB";
 }
 
 TEST_F(TlsClientTest, SilentServerEndsInTheHandshakeTimeoutReason) {
