@@ -382,7 +382,10 @@ bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink,
     last_error_ = "backlog of " + std::to_string(pending_.size()) + " commands without a reply";
     return false;
   }
-  if (const std::size_t unsent = unsent_bytes(); unsent + encoded.size() > kMaxUnsentBytes * factor) {
+  // A release is held to the bytes alone: its SET was held to their cost too, so every SET
+  // that went in leaves its release more room than it took (a release is a few dozen bytes
+  // longer; each write of a SET may have cost some 250 bytes more).
+  if (const std::size_t unsent = release ? unsent_bytes() : backlog_cost(); unsent + encoded.size() > kMaxUnsentBytes * factor) {
     last_error_ = "backlog of " + std::to_string(unsent) + " bytes the master has not read (over " +
                   std::to_string(kMaxUnsentBytes * factor) + ")";
     return false;
@@ -395,7 +398,7 @@ bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink,
 
 bool Connection::send_push(std::string_view encoded) {
   if (!pushing()) return false;
-  if (const std::size_t unsent = unsent_bytes(); unsent + encoded.size() > kMaxUnsentBytes) {
+  if (const std::size_t unsent = backlog_cost(); unsent + encoded.size() > kMaxUnsentBytes) {
     last_error_ = "backlog of " + std::to_string(unsent) + " bytes the master has not read (over " +
                   std::to_string(kMaxUnsentBytes) + ")";
     return false;
@@ -422,11 +425,12 @@ void Connection::release_late_sinks() {
 
 std::size_t Connection::unsent_bytes() const noexcept {
   std::size_t queued = 0;
-  if (socket_ != nullptr) {
-    queued = uv_stream_get_write_queue_size(reinterpret_cast<const uv_stream_t*>(&socket_->tcp)) +
-             socket_->queued_writes * kQueuedWriteCost;
-  }
+  if (socket_ != nullptr) queued = uv_stream_get_write_queue_size(reinterpret_cast<const uv_stream_t*>(&socket_->tcp));
   return out_.size() + held_.size() + queued;
+}
+
+std::size_t Connection::backlog_cost() const noexcept {
+  return unsent_bytes() + (socket_ != nullptr ? socket_->queued_writes * kQueuedWriteCost : 0);
 }
 
 void Connection::flush() {

@@ -140,8 +140,9 @@ class Connection {
   // missing vote until it answers or reconnects.
   // Commands without a reply. Past their deadline each costs one Pending and no sink.
   static constexpr std::size_t kMaxOutstanding = 1u << 16;
-  // Encoded bytes the master's socket has not taken yet (ours and libuv's write queue, each
-  // queued write counted with what it costs beyond its bytes).
+  // Encoded bytes the master's socket has not taken yet (ours and libuv's write queue), each
+  // queued write counted with what it costs beyond its bytes (backlog_cost; releases: the
+  // bytes alone, see send).
   static constexpr std::size_t kMaxUnsentBytes = 1u << 20;
   // Releases may use this much more of each (every SET below the bounds has room for its
   // release: a release encodes to a few dozen bytes more than a SET).
@@ -203,6 +204,8 @@ class Connection {
   void schedule_reconnect();
   void release_late_sinks();
   [[nodiscard]] std::size_t unsent_bytes() const noexcept;
+  // unsent_bytes plus what the queued writes cost beyond their bytes (kQueuedWriteCost each).
+  [[nodiscard]] std::size_t backlog_cost() const noexcept;
   void arm_stall_check();
   void check_stall();
   void close_socket();

@@ -79,7 +79,7 @@ bool Connection::drain_tls(char* buffer, std::size_t capacity) {
   }
   write_owned(tls_->take_ciphertext());  // handshake flights, KeyUpdate answers
   if (generation != generation_) return false;
-  if (const std::size_t unsent = unsent_bytes(); unsent > kMaxUnsentTlsBytes) {
+  if (const std::size_t unsent = backlog_cost(); unsent > kMaxUnsentTlsBytes) {
     fail("TLS: " + std::to_string(unsent) + " bytes of ours the master has not read (over " +
          std::to_string(kMaxUnsentTlsBytes) + ", our TLS records included): it does not read what it asks for");
     return false;
