@@ -102,6 +102,14 @@ std::shared_ptr<Operation> extend_operation(const ClientImpl& client, Lock lock,
   return op;
 }
 
+std::shared_ptr<Operation> release_operation(const ClientImpl& client, Lock lock, Callback done) {
+  auto op = client.make_operation();
+  op->done = std::move(done);
+  op->key = std::move(lock.key);
+  op->part = ReleasePart{std::move(lock.token), false, {}};
+  return op;
+}
+
 }  // namespace
 
 bool ClientImpl::granted_here(const Lock& lock) const noexcept {
@@ -117,18 +125,22 @@ OperationId ClientImpl::extend_now(Lock lock, Callback done, std::optional<Milli
                                    std::chrono::steady_clock::time_point resend_before) {
   auto op = extend_operation(*this, std::move(lock), std::move(done), ttl);
   std::get<ExtendPart>(op->part).resend_before = resend_before;
+  return begin_now(std::move(op));
+}
+
+OperationId ClientImpl::release_async(Lock lock, Callback done) {
+  return submit(release_operation(*this, std::move(lock), std::move(done)));
+}
+
+OperationId ClientImpl::release_now(Lock lock, Callback done) {
+  return begin_now(release_operation(*this, std::move(lock), std::move(done)));
+}
+
+OperationId ClientImpl::begin_now(std::shared_ptr<Operation> op) {
   op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
   const OperationId id = op->id;
   begin(op);
   return id;
-}
-
-OperationId ClientImpl::release_async(Lock lock, Callback done) {
-  auto op = make_operation();
-  op->done = std::move(done);
-  op->key = std::move(lock.key);
-  op->part = ReleasePart{std::move(lock.token), false, {}};
-  return submit(std::move(op));
 }
 
 }  // namespace detail

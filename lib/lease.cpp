@@ -310,7 +310,9 @@ void LeaseCore::release(Callback done) {
     stopped_.store(true, std::memory_order_release);
     lock = lock_;
     // While client_ is set the Client has not begun to close its loop, so the task will run
-    // (on the loop thread, with the Client alive).
+    // (on the loop thread, with the Client alive), before the shutdown of a ~Client right
+    // behind it: it queues the release at once (release_now), and the shutdown's close writes
+    // what is queued (LeaseTest.ALeaseDestroyedJustBeforeItsClientStillReleases).
     if (!twice && client_ != nullptr) {
       posted = client_->loop().post([self = shared_from_this(), lock, done] {
         ClientImpl* const client = self->client();
@@ -319,7 +321,7 @@ void LeaseCore::release(Callback done) {
           return;
         }
         self->cancel_timers(client->loop());
-        client->release_async(lock, done);
+        client->release_now(lock, done);
       });
     }
   }

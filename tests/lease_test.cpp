@@ -358,6 +358,29 @@ TEST(LeaseTest, DestroyingTheClientUnderLiveLeasesIsClean) {
   leases.clear();
 }
 
+// A Lease declared after its Client is destroyed first: its release, posted to the loop just
+// before the Client's shutdown, must still be queued before the connections close (their close
+// writes what is queued). Before, the posted task submitted the release with a second post,
+// which ran after the shutdown and was refused: the keys stayed for their whole ttl.
+TEST(LeaseTest, ALeaseDestroyedJustBeforeItsClientStillReleases) {
+  RedisServerGroup masters(3);
+  std::string key;
+  for (int round = 0; round < 5; ++round) {
+    {
+      Client client(lease_options(masters));
+      ASSERT_TRUE(client.wait_connected(3, 5s));
+      AcquireOptions ttl;
+      ttl.ttl = 30s;
+      const Result held = client.acquire("scope-" + std::to_string(round), ttl);
+      ASSERT_TRUE(held) << held.message;
+      key = held.lock->key;
+      const Lease lease = client.keep(*held.lock);
+    }  // ~Lease, then ~Client
+    EXPECT_TRUE(eventually([&] { return with_key(masters, key) == 0; }, 2s))
+        << "round " << round << ": " << with_key(masters, key) << " masters still hold " << key;
+  }
+}
+
 // --- the async API: keep() and release_async() inside callbacks on the loop thread.
 
 TEST(LeaseTest, KeepAndReleaseWorkInsideCallbacksOnTheLoopThread) {

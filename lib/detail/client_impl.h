@@ -66,6 +66,10 @@ class ClientImpl {
   // `resend_before`: RoundArgs::resend_before (a lease's loss moment, validity clock).
   OperationId extend_now(Lock lock, Callback done, std::optional<Milliseconds> ttl,
                          std::chrono::steady_clock::time_point resend_before);
+  // Loop thread only: the release is queued on every connection before this returns. A
+  // lease's release task uses it: a second post would run after a ~Client that came right
+  // behind it (its shutdown refuses what it has not begun; its close writes what is queued).
+  OperationId release_now(Lock lock, Callback done);
   // A Lock this Client granted (acquire, or an extend on this Client). Any thread.
   [[nodiscard]] bool granted_here(const Lock& lock) const noexcept;
 
@@ -89,6 +93,7 @@ class ClientImpl {
  private:
   // Loop thread.
   void begin(const std::shared_ptr<Operation>& op);
+  OperationId begin_now(std::shared_ptr<Operation> op);  // gives it an id, then begin()
   void send_round(const std::shared_ptr<Operation>& op, RoundKind kind);
   void decided(const std::shared_ptr<Operation>& op, Round& round);
   // `state`: which masters granted; `fence`: the acquire's fencing token (0 when unfenced).
