@@ -12,6 +12,7 @@
 
 #include "detail/event_loop.h"
 #include "detail/lock_commands.h"
+#include "detail/loop_time.h"
 #include "detail/master_set.h"
 
 namespace redlock::detail {
@@ -23,7 +24,7 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
   Attempt(FenceCatchUp& owner, std::uint32_t target)
       : owner_(owner),
         target_(target),
-        epoch_(owner.masters_.incarnation(target).epoch),
+        generation_(owner.masters_state_[target].generation),
         needed_(owner.masters_.size() - owner.masters_.quorum() + 1) {}
 
   void start() {
@@ -81,12 +82,12 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
   void finish(bool raised) {
     done_ = true;
     if (timer_ != 0) owner_.loop_.cancel(std::exchange(timer_, 0));
-    owner_.finished(target_, epoch_, raised);
+    owner_.finished(target_, generation_, raised);
   }
 
   FenceCatchUp& owner_;
   const std::uint32_t target_;
-  const std::uint32_t epoch_;
+  const std::uint32_t generation_;
   const std::uint32_t needed_;
   std::uint32_t asked_ = 0;
   std::uint32_t answered_ = 0;
@@ -103,6 +104,8 @@ FenceCatchUp::FenceCatchUp(MasterSet& masters, EventLoop& loop, const LockComman
 
 void FenceCatchUp::on_new_incarnation(std::uint32_t index) {
   State& state = masters_state_[index];
+  ++state.generation;
+  state.seen_ns = now_ns();
   state.ready = false;
   if (options_.fence_catch_up) {
     // Waits one command deadline first (docs/fencing.md, assumption A3).
@@ -112,8 +115,12 @@ void FenceCatchUp::on_new_incarnation(std::uint32_t index) {
   }
 }
 
-void FenceCatchUp::on_reconnect(std::uint32_t index) {
-  if (options_.fence_catch_up && !masters_state_[index].ready) start(index);
+void FenceCatchUp::on_reconnect(std::uint32_t index, bool run_id_known) {
+  if (!run_id_known) {
+    on_new_incarnation(index);  // FencingRestarts.CatchUpKeepsTokensIncreasingAcrossRestartsWhenInfoIsDenied
+  } else if (options_.fence_catch_up && !masters_state_[index].ready) {
+    start(index);
+  }
 }
 
 void FenceCatchUp::start(std::uint32_t index) {
@@ -130,12 +137,11 @@ void FenceCatchUp::start(std::uint32_t index) {
   // A3: the reads go out at least one command deadline after this incarnation was seen, so
   // a round-2 raise another client counted before the restart has executed where we read.
   // Every path into a catch-up (first sight, a restart during a catch-up, a retry) waits here.
-  const Incarnation& incarnation = masters_.incarnation(index);
-  const std::uint64_t not_before = deadline_after(incarnation.seen_ns, options_.command_timeout);
+  const std::uint64_t not_before = deadline_after(state.seen_ns, options_.command_timeout);
   if (now_ns() < not_before) {
-    const std::uint32_t epoch = incarnation.epoch;
-    loop_.schedule_at(not_before, [this, index, epoch] {
-      if (masters_.incarnation(index).epoch == epoch) start(index);
+    const std::uint32_t generation = state.generation;
+    loop_.schedule_at(not_before, [this, index, generation] {
+      if (masters_state_[index].generation == generation) start(index);
     });
     return;
   }
@@ -143,10 +149,10 @@ void FenceCatchUp::start(std::uint32_t index) {
   std::make_shared<Attempt>(*this, index)->start();
 }
 
-void FenceCatchUp::finished(std::uint32_t index, std::uint32_t epoch, bool raised) {
+void FenceCatchUp::finished(std::uint32_t index, std::uint32_t generation, bool raised) {
   State& state = masters_state_[index];
   state.running = false;
-  if (masters_.incarnation(index).epoch != epoch) {  // restarted again meanwhile: catch up the new incarnation
+  if (state.generation != generation) {  // restarted again meanwhile: catch up the new incarnation
     start(index);
     return;
   }
@@ -155,8 +161,8 @@ void FenceCatchUp::finished(std::uint32_t index, std::uint32_t epoch, bool raise
     return;
   }
   if (masters_.closed()) return;
-  loop_.schedule_after(options_.reconnect_min, [this, index, epoch] {
-    if (masters_.incarnation(index).epoch == epoch && !masters_state_[index].ready) start(index);
+  loop_.schedule_after(options_.reconnect_min, [this, index, generation] {
+    if (masters_state_[index].generation == generation && !masters_state_[index].ready) start(index);
   });
 }
 

@@ -106,7 +106,7 @@ void MasterSet::on_ready(std::uint32_t index) {
     catch_up_.on_new_incarnation(index);
   }
   warn_permissions(index);
-  if (!new_incarnation) catch_up_.on_reconnect(index);
+  if (!new_incarnation) catch_up_.on_reconnect(index, !info.run_id.empty());
   const Incarnation& incarnation = guard_.incarnation(index);
   for (std::uint32_t other = 0; other < size_; ++other) {
     if (!same_server(index, other) || warned_[index].twin) continue;

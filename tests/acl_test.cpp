@@ -35,7 +35,7 @@ std::vector<std::string> documented_acl(const std::string& without = {}, const s
 }
 
 std::string as_user(const std::string& uri) {
-  return "redis://" + std::string(kUser) + ":" + kPassword + "@" + uri.substr(std::string("redis://").size());
+  return with_auth(uri, std::string(kUser) + ":" + kPassword);
 }
 
 struct Masters {

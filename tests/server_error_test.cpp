@@ -11,10 +11,6 @@
 namespace redlock::testing {
 namespace {
 
-std::string with_auth(const std::string& uri, const std::string& userinfo) {
-  return "redis://" + userinfo + "@" + uri.substr(std::string("redis://").size());
-}
-
 TEST(ServerErrorTest, WrongTypeShowsOnThatMasterAndTheQuorumStillDecides) {
   RedisServerGroup masters(5);
   masters[2].command({"HSET", "redlock:typed", "field", "value"});

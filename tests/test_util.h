@@ -70,6 +70,11 @@ inline long long command_calls(const RedisServer& server, const std::string& com
   return std::stoll(info.str.substr(at + field.size()));
 }
 
+// A redis:// uri of a test server with `userinfo` ("user:password", ":password") put in.
+inline std::string with_auth(const std::string& uri, const std::string& userinfo) {
+  return "redis://" + userinfo + "@" + uri.substr(std::string("redis://").size());
+}
+
 inline std::size_t with_key(const RedisServerGroup& group, const std::string& key) {
   std::size_t count = 0;
   for (std::size_t i = 0; i < group.size(); ++i) {

@@ -397,7 +397,7 @@ std::vector<std::string> acl(bool channels) {
 std::vector<std::string> as_user(const RedisServerGroup& group) {
   std::vector<std::string> out;
   for (const auto& uri : group.uris()) {
-    out.push_back("redis://" + std::string(kUser) + ":" + kPassword + "@" + uri.substr(std::string("redis://").size()));
+    out.push_back(with_auth(uri, std::string(kUser) + ":" + kPassword));
   }
   return out;
 }

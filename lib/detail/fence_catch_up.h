@@ -25,9 +25,11 @@ class FenceCatchUp {
   // Master `index` is a new incarnation: its counter is not trusted until a catch-up for
   // this incarnation succeeds (at once, when ClientOptions::fence_catch_up is off).
   void on_new_incarnation(std::uint32_t index);
-  // A reconnect to the same incarnation: a catch-up refused for want of permission (or
-  // given up) is tried again now.
-  void on_reconnect(std::uint32_t index);
+  // A reconnect that the restart guard did not see as a new incarnation. `run_id_known`: the
+  // master's run_id was read (INFO server). Then it is the same incarnation, and a catch-up
+  // refused for want of permission (or given up) is tried again now. Without it nothing tells
+  // a restart from a reconnect, and every reconnect is taken for a new incarnation.
+  void on_reconnect(std::uint32_t index, bool run_id_known);
   // Whether master `index`'s counter is caught up for its current incarnation.
   [[nodiscard]] bool ready(std::uint32_t index) const { return masters_state_[index].ready; }
 
@@ -36,9 +38,11 @@ class FenceCatchUp {
   struct State {
     bool ready = false;
     bool running = false;
+    std::uint32_t generation = 0;  // bumps with every incarnation the catch-up is told of
+    std::uint64_t seen_ns = 0;     // loop time when it was told of the current one
   };
   void start(std::uint32_t index);
-  void finished(std::uint32_t index, std::uint32_t epoch, bool raised);
+  void finished(std::uint32_t index, std::uint32_t generation, bool raised);
 
   MasterSet& masters_;
   EventLoop& loop_;
