@@ -431,7 +431,21 @@ int RunSession::run() {
     return code;
   }
 
-  supervise();
+  try {
+    supervise();
+  } catch (...) {
+    // Nothing watches the command any more (poll failed, or memory ran out): it must not run
+    // on under a lock that nobody renews or releases. Killed, then released, then reported
+    // (exit 70) by the caller.
+    check_group();
+    signal_group(SIGKILL);
+    restore_terminal();
+    try {
+      release();
+    } catch (...) {
+    }
+    throw;
+  }
   restore_terminal();
 
   // The lock is released even after a loss: compare-and-delete removes only our own token.
@@ -722,7 +736,12 @@ void RunSession::reap() {
 
 void RunSession::on_command_stopped(int signal) {
   child_stopped_ = true;
-  if (!terminal_.present() || lost_) return;  // no job control: keep the lease; SIGCONT continues it
+  // No job control, or a stop that is not job control (SIGSTOP: an operator's kill -STOP, a
+  // CPU throttler): whoever stopped the command continues it, not the shell above us. Keep the
+  // lease; were we to stop with the group, nothing would continue us when the command goes on
+  // (CliTest.AStopThatIsNotJobControlKeepsTheLeaseRenewing).
+  const bool job_control = signal == SIGTSTP || signal == SIGTTIN || signal == SIGTTOU;
+  if (!terminal_.present() || !job_control || lost_) return;
   if ((signal == SIGTTIN || signal == SIGTTOU) && terminal_.ours()) {
     // The command wants the terminal, and redlock's job has it to give (e.g. in a script).
     if (terminal_.give_to(child_)) {

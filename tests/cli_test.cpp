@@ -587,6 +587,26 @@ TEST_F(CliTest, CtrlZOnATerminalStopsTheJobAndContinuingResumesTheCommand) {
   EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }));
 }
 
+// The command of the two tests below: a shell that writes its pid to `pid_file`, then runs a
+// loop that ignores SIGTSTP and writes a count to `counter` about every 50 ms.
+std::vector<std::string> counting_command(const fs::path& pid_file, const fs::path& counter) {
+  return {"sh", "-c",
+          "echo $$ > \"$1\"; sh -c 'trap \"\" TSTP; i=0; while :; do i=$((i+1)); echo $i > \"$1\"; sleep 0.05; done' "
+          "sh \"$2\" & wait",
+          "sh", pid_file.string(), counter.string()};
+}
+
+// Whether the count in `counter` goes up within `within`.
+bool counts_on(const fs::path& counter, std::chrono::milliseconds within) {
+  const auto count = [&] {
+    const std::string text = read_file(counter);
+    return text.empty() || text.back() != '\n' ? -1L : std::stol(text);
+  };
+  long before = -1;
+  if (!eventually([&] { return (before = count()) > 0; }, within)) return false;
+  return eventually([&] { return count() > before; }, within);
+}
+
 // redlock stops itself with a stopped command (job control) and cannot renew the lease while
 // it is stopped, so nothing of the group may run on meanwhile: a process that ignores SIGTSTP
 // (here a loop counting into a file) must be stopped too, or it would outlive the lock.
@@ -595,24 +615,13 @@ TEST_F(CliTest, CtrlZStopsTheWholeGroupEvenProcessesThatIgnoreSigtstp) {
   GroupGuard guard;
   const fs::path counter = dir / "counter";
   // The loop is a shell of its own that starts counting only once it ignores SIGTSTP.
-  PtyProcess tool(with_masters(
-      {"--ttl", "2s", "run", "job", "--", "sh", "-c",
-       "echo $$ > \"$1\"; sh -c 'trap \"\" TSTP; i=0; while :; do i=$((i+1)); echo $i > \"$1\"; sleep 0.05; done' "
-       "sh \"$2\" & wait",
-       "sh", (dir / "pid").string(), counter.string()}));
+  std::vector<std::string> args = {"--ttl", "2s", "run", "job", "--"};
+  for (auto& arg : counting_command(dir / "pid", counter)) args.push_back(std::move(arg));
+  PtyProcess tool(with_masters(args));
   const pid_t command = wait_for_pid_file(dir / "pid");
   ASSERT_GT(command, 0) << tool.screen();
   guard.watch(command);
-  const auto count = [&] {
-    const std::string text = read_file(counter);
-    return text.empty() || text.back() != '\n' ? -1L : std::stol(text);
-  };
-  // Whether the count goes up within `within` (the loop counts about every 50 ms).
-  const auto counting = [&](std::chrono::milliseconds within) {
-    long before = -1;
-    if (!eventually([&] { return (before = count()) > 0; }, within)) return false;
-    return eventually([&] { return count() > before; }, within);
-  };
+  const auto counting = [&](std::chrono::milliseconds within) { return counts_on(counter, within); };
   ASSERT_TRUE(counting(5s)) << "the loop does not run";
   tool.type("\x1a");
   ASSERT_TRUE(tool.wait_stopped(5s)) << tool.screen();
@@ -626,6 +635,37 @@ TEST_F(CliTest, CtrlZStopsTheWholeGroupEvenProcessesThatIgnoreSigtstp) {
   ASSERT_EQ(::kill(tool.pid(), SIGCONT), 0);
   EXPECT_EQ(tool.wait_exit(10s), 75) << tool.screen();
   EXPECT_EQ(live_members(command), std::vector<pid_t>{}) << tool.screen();
+}
+
+// A stop that is not job control (an operator's kill -STOP, a CPU throttler) stops the command
+// alone, and whoever stopped it continues it, not redlock's shell: redlock keeps renewing, as
+// it does without a terminal. Before, it took the stop for a Ctrl-Z, stopped the group and
+// itself, and stayed stopped once the command was continued: the command ran on without a
+// lease, and another client got the lock.
+TEST_F(CliTest, AStopThatIsNotJobControlKeepsTheLeaseRenewing) {
+  TempDir dir;
+  GroupGuard guard;
+  const fs::path counter = dir / "counter";
+  std::vector<std::string> args = {"--ttl", "2s", "run", "job", "--"};
+  for (auto& arg : counting_command(dir / "pid", counter)) args.push_back(std::move(arg));
+  PtyProcess tool(with_masters(args));
+  const pid_t command = wait_for_pid_file(dir / "pid");
+  ASSERT_GT(command, 0) << tool.screen();
+  guard.watch(command);
+  ASSERT_TRUE(counts_on(counter, 5s)) << "the loop does not run";
+  ASSERT_EQ(::kill(command, SIGSTOP), 0);
+  EXPECT_FALSE(tool.wait_stopped(1s)) << "redlock stopped itself for a stop it cannot be continued from";
+  ASSERT_EQ(::kill(-command, SIGCONT), 0);
+  ASSERT_TRUE(counts_on(counter, 5s)) << "continued, the loop does not run";
+  std::this_thread::sleep_for(3s);  // over a ttl: only renewals keep the lock
+  const Finished other = redlock({"--retry-count", "0", "acquire", "job"});
+  EXPECT_NE(other.exit_code, 0) << "another client got the lock while the command runs: " << describe(other);
+  EXPECT_TRUE(counts_on(counter, 5s));
+  ::kill(tool.pid(), SIGCONT);  // (it was stopped before the fix)
+  // TERM, passed on to the group (the loop, a background job of sh, ignores Ctrl-C's SIGINT).
+  ASSERT_EQ(::kill(tool.pid(), SIGTERM), 0);
+  EXPECT_NE(tool.wait_exit(10s), -1) << tool.screen();
+  EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }));
 }
 
 TEST_F(CliTest, RunReportsAMissingCommandWith127AndReleases) {
