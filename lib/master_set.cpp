@@ -31,6 +31,7 @@ void MasterSet::start() {
     co.handshake_steps = [this] { return commands_.handshake_steps(); };
     connections_.push_back(std::make_unique<Connection>(loop_, std::move(co)));
     connections_.back()->on_ready = [this, i] { on_ready(i); };
+    connections_.back()->on_down = [this, i] { guard_.connection_lost(i); };
     connections_.back()->start();
   }
 }

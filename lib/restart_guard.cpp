@@ -19,8 +19,12 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
   if (new_incarnation) {
     const bool restarted = !master.run_id.empty();
     // Keys survive a restart only if the incarnation that granted them was durable, and
-    // the new one loaded its AOF (same configuration): both must say so.
-    const bool kept_keys = master.durable && info.durable();
+    // the new one loaded its AOF (same configuration): both must say so. And only a restart
+    // keeps them: a server up since before this Client last knew the old one alive took over
+    // the address (RestartGuardTest.ADurableServerTakingOverTheAddressIsNotCountedAtOnce).
+    // info.started_ns is the latest the new one can have started (uptime is in whole seconds:
+    // a server started up to about 2 s before the loss still passes).
+    const bool kept_keys = master.durable && info.durable() && info.started_ns >= master.lost_ns;
     const std::uint64_t now = now_ns();
     master.run_id = info.run_id;
     any_same_server_ = false;
@@ -52,7 +56,17 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
     master.started_ns = std::max(master.started_ns, info.started_ns);
   }
   if (!info.durable()) master.durable = master.counted_at_once = false;  // durability switched off: from now on
+  master.connected = true;
   return new_incarnation;
+}
+
+void RestartGuard::connection_lost(std::uint32_t index) {
+  Incarnation& master = masters_[index];
+  // Only a connection that was ready: failed attempts to reach a restarting server (refused,
+  // LOADING) say nothing of when the old one was last alive.
+  if (!master.connected) return;
+  master.connected = false;
+  master.lost_ns = now_ns();
 }
 
 std::optional<std::string> RestartGuard::not_counted(std::uint32_t index, const ServerInfo& info) const {

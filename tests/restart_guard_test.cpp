@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "clock_control.h"
+#include "tcp_proxy.h"
 #include "test_util.h"
 
 namespace redlock::testing {
@@ -284,6 +285,33 @@ TEST(RestartGuardTest, DurableMastersAreCountedAtOnceAndKeepTheirVotesAcrossRest
     EXPECT_NE(extended.masters[i].error.find("restarted from a durable incarnation"), std::string::npos)
         << format_result(extended);
   }
+}
+
+// A failover behind one address is not a restart, even from a durable server to a durable one:
+// the server that takes over (here another durable redis-server, up since before the Client
+// lost the old one, that never saw a lock) did not reload what the old one granted. It is a
+// new incarnation like any other: not counted for max_lock_ttl. Before, both being durable
+// counted it at once, with the votes the old server had given.
+TEST(RestartGuardTest, ADurableServerTakingOverTheAddressIsNotCountedAtOnce) {
+  support::RedisServerOptions durable;
+  durable.persistence = true;
+  RedisServerGroup masters(4, durable);  // masters[3] takes over master 0's address
+  TcpProxy address(masters[0].port(), {});
+  auto options = guarded(masters, true);
+  options.masters = {address.uri(), masters[1].uri(), masters[2].uri()};
+  Client client(options);
+  wait_until_counted(client, "warm-up");
+  const Result held = client.acquire("failover");
+  ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
+  std::this_thread::sleep_for(1s);  // masters[3] is now clearly older than the loss below
+  masters[0].kill();
+  address.retarget(masters[3].port());
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  masters[2].freeze();  // the decision then waits for master 0's row
+  const Result after = client.acquire("after-failover");
+  masters[2].thaw();
+  EXPECT_EQ(after.masters[0].status, MasterStatus::not_counted) << format_result(after);
+  EXPECT_NE(after.masters[0].error.find("counted after"), std::string::npos) << format_result(after);
 }
 
 // A master that comes back from a restart with AOF switched on is durable from now on, but it

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -53,6 +54,14 @@ class TcpProxy {
 
   std::string uri() const { return listener_.uri(); }
 
+  // From now on new connections go to `port` (a failover behind one address); the current
+  // ones are cut (both ends shut down), so the client reconnects there.
+  void retarget(std::uint16_t port) {
+    upstream_port_.store(port);
+    const std::lock_guard lock(mutex_);
+    for (const int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+  }
+
  private:
   static sockaddr_in loopback(std::uint16_t port) {
     sockaddr_in address{};
@@ -69,7 +78,7 @@ class TcpProxy {
       const int client = ::accept(listener_.fd(), nullptr, nullptr);
       if (client < 0) continue;
       const int server = ::socket(AF_INET, SOCK_STREAM, 0);
-      const sockaddr_in upstream = loopback(upstream_port_);
+      const sockaddr_in upstream = loopback(upstream_port_.load());
       if (::connect(server, reinterpret_cast<const sockaddr*>(&upstream), sizeof(upstream)) != 0) {
         ::close(client);
         ::close(server);
@@ -102,7 +111,7 @@ class TcpProxy {
     ::shutdown(to, SHUT_WR);
   }
 
-  const std::uint16_t upstream_port_;
+  std::atomic<std::uint16_t> upstream_port_;
   const OnRequest on_request_;
   const OnReplyForwarded on_reply_forwarded_;
   LoopbackListener listener_{"proxy"};

@@ -31,6 +31,12 @@ struct Incarnation {
   // this Client has seen the run_id change, never before it saw the new one. Only moves later.
   std::uint64_t started_ns = 0;
   bool durable = false;         // appendonly yes + appendfsync always, as first seen
+  // A connection to this incarnation completed its handshake and has not been lost since.
+  bool connected = false;
+  // Loop time when such a connection was last lost: the last moment this Client knew the
+  // incarnation alive. A durable successor that started before it is another server that took
+  // over the address (a failover), not this one restarted.
+  std::uint64_t lost_ns = 0;
   // Counted before the age rule allows: only an incarnation this Client saw come from a
   // durable one by a restart (so it reloaded what was granted). A first contact, or a master
   // that was not durable before its restart, may have come back empty: the age rule applies.
@@ -44,6 +50,8 @@ class RestartGuard {
   // A connection to master `index` completed its handshake and read `info`. Returns true
   // when `info` shows a new incarnation (a first contact, or a restart).
   bool observe(std::uint32_t index, const ServerInfo& info);
+  // A connection to master `index` was lost (after its handshake, or while trying).
+  void connection_lost(std::uint32_t index);
 
   // Why master `index`'s grant is not a vote now (`info`: its connection's), if it is not.
   [[nodiscard]] std::optional<std::string> not_counted(std::uint32_t index, const ServerInfo& info) const;
