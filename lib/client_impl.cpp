@@ -92,8 +92,12 @@ ClientImpl::~ClientImpl() {
       std::fputs("redlock: Client destroyed on its own loop thread; this would deadlock\n", stderr);
       std::abort();
     }
-    loop_->post([this] { shutdown(); });
+    loop_->post([this] { shutdown(); });  // after what was posted before, as below
   } else {
+    // A caller's loop: what was posted before ~Client (a Lease's release, a release_async)
+    // begins now, as the loop's next pass would have begun it; the shutdown's close then writes
+    // it (LeaseTest.ALeaseDestroyedJustBeforeItsClientOnACallersLoopStillReleases).
+    loop_->run_posted();
     shutdown();
   }
   loop_->join();  // the loop thread ends once the shutdown has closed every handle

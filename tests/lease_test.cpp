@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <uv.h>
+
 #include "redlock/mutex.h"
 #include "test_util.h"
 
@@ -379,6 +381,34 @@ TEST(LeaseTest, ALeaseDestroyedJustBeforeItsClientStillReleases) {
     EXPECT_TRUE(eventually([&] { return with_key(masters, key) == 0; }, 2s))
         << "round " << round << ": " << with_key(masters, key) << " masters still hold " << key;
   }
+}
+
+// The same on a caller's loop: ~Client shuts down at once, before the loop's next pass, so the
+// Lease's release task was still queued. Before, the shutdown ran first and the task found the
+// Client gone: nothing was sent (attacker review).
+TEST(LeaseTest, ALeaseDestroyedJustBeforeItsClientOnACallersLoopStillReleases) {
+  RedisServerGroup masters(3);
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  std::string key;
+  {
+    auto options = lease_options(masters);
+    options.loop = &loop;
+    Client client(options);
+    std::optional<Result> held;
+    AcquireOptions ttl;
+    ttl.ttl = 30s;
+    client.acquire_async("callers-loop", [&](Result r) { held = std::move(r); }, ttl);
+    const auto give_up = steady_clock::now() + 5s;
+    while (!held && steady_clock::now() < give_up) uv_run(&loop, UV_RUN_ONCE);
+    ASSERT_TRUE(held && held->ok()) << (held ? format_result(*held) : std::string("no answer"));
+    key = held->lock->key;
+    const Lease lease = client.keep(*held->lock);
+  }  // ~Lease, then ~Client
+  uv_run(&loop, UV_RUN_DEFAULT);  // frees the last handles
+  EXPECT_EQ(uv_loop_close(&loop), 0);
+  EXPECT_TRUE(eventually([&] { return with_key(masters, key) == 0; }, 2s))
+      << with_key(masters, key) << " masters still hold " << key;
 }
 
 // --- the async API: keep() and release_async() inside callbacks on the loop thread.
