@@ -35,7 +35,8 @@
 // continued (fg/bg) it continues the command. The lease is not renewed while redlock is
 // stopped: SIGSTOP stops every thread of the process, the Client's loop thread (where the
 // lease renews) included. If the lease ran out meanwhile, the group is killed before it runs
-// again.
+// again; if someone else continues the command meanwhile, a watchdog process kills the group
+// at the deadline's SIGKILL point (stop_self).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -52,6 +53,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <filesystem>
 #include <memory>
@@ -59,6 +61,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -321,6 +324,8 @@ class RunSession {
   void reap();
   void on_command_stopped(int signal);
   void stop_self();
+  int start_watchdog();
+  static constexpr int kWatchdogKilled = 3;  // the watchdog's exit status when it killed the group
   void continue_command();
   void check_group();
   void signal_group(int signal);
@@ -358,6 +363,8 @@ class RunSession {
   std::optional<int> child_status_;  // waitpid status once it has exited (reaped)
   bool child_stopped_ = false;
   bool resume_after_stop_ = false;  // redlock was stopped with the command and has been continued
+  pid_t watchdog_ = -1;              // the watchdog of the current stop, until reaped (stop_self)
+  bool watchdog_killed_ = false;     // a watchdog killed the group: the lock was lost
   std::optional<TimePoint> group_gone_;
   bool job_control_ = false;     // redlock is a job of its own on its controlling terminal
   bool handed_terminal_ = false;  // the command's group was made the terminal's foreground group
@@ -435,11 +442,18 @@ int RunSession::run() {
     supervise();
   } catch (...) {
     // Nothing watches the command any more (poll failed, or memory ran out): it must not run
-    // on under a lock that nobody renews or releases. Killed, then released, then reported
+    // on under a lock that nobody watches. Killed, and released only once the whole group is
+    // gone, as on the normal path (a process in uninterruptible sleep dies when its I/O ends
+    // and could still write after a release); the lease renews meanwhile. Then reported
     // (exit 70) by the caller.
     check_group();
     signal_group(SIGKILL);
     restore_terminal();
+    while (!group_gone_) {
+      reap();
+      check_group();
+      if (!group_gone_) std::this_thread::sleep_for(milliseconds(10));
+    }
     try {
       release();
     } catch (...) {
@@ -614,6 +628,10 @@ void RunSession::supervise() {
     mailbox_->take();  // only wake-ups from the lease now: check_lease() asks it
     check_lease();
     check_group();
+    if (watchdog_killed_ && !lost_) {
+      // The group may be gone already, before the lease's own loss reaches us.
+      lose("redlock was stopped past the lock's SIGKILL point while the command ran; its watchdog killed the group");
+    }
     keep_time();
     if (resume_after_stop_) {
       // redlock was stopped with the command and is running again. keep_time() has just
@@ -722,6 +740,11 @@ void RunSession::reap() {
     const pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
     if (pid < 0 && errno == EINTR) continue;
     if (pid <= 0) return;
+    if (pid == watchdog_ && (WIFEXITED(status) || WIFSIGNALED(status))) {
+      watchdog_ = -1;
+      watchdog_killed_ = watchdog_killed_ || (WIFEXITED(status) && WEXITSTATUS(status) == kWatchdogKilled);
+      continue;
+    }
     if (pid != child_) continue;  // an orphan of the command's, handed to us as subreaper: reaped
     if (WIFSTOPPED(status)) {
       on_command_stopped(WSTOPSIG(status));
@@ -736,12 +759,7 @@ void RunSession::reap() {
 
 void RunSession::on_command_stopped(int signal) {
   child_stopped_ = true;
-  // No job control, or a stop that is not job control (SIGSTOP: an operator's kill -STOP, a
-  // CPU throttler): whoever stopped the command continues it, not the shell above us. Keep the
-  // lease; were we to stop with the group, nothing would continue us when the command goes on
-  // (CliTest.AStopThatIsNotJobControlKeepsTheLeaseRenewing).
-  const bool job_control = signal == SIGTSTP || signal == SIGTTIN || signal == SIGTTOU;
-  if (!terminal_.present() || !job_control || lost_) return;
+  if (!terminal_.present() || lost_) return;  // no job control: keep the lease; SIGCONT continues it
   if ((signal == SIGTTIN || signal == SIGTTOU) && terminal_.ours()) {
     // The command wants the terminal, and redlock's job has it to give (e.g. in a script).
     if (terminal_.give_to(child_)) {
@@ -761,9 +779,55 @@ void RunSession::on_command_stopped(int signal) {
 }
 
 void RunSession::stop_self() {
+  const int watchdog = start_watchdog();
   // SIGSTOP: our SIGTSTP is blocked. Execution goes on here once we are continued.
   ::kill(::getpid(), SIGSTOP);
   resume_after_stop_ = true;
+  if (watchdog >= 0) ::close(watchdog);  // it ends (reap() collects it)
+}
+
+// A stopped redlock renews nothing, and it cannot tell whether the command runs: whoever
+// stopped the command (a program that stops itself with SIGSTOP on Ctrl-Z, like nano; an
+// operator's kill -STOP or -TSTP; a CPU throttler) may continue it, not our shell, and it would
+// run on past the lock's deadline. A watchdog process forked just before the stop (SIGSTOP
+// stops this process alone, not its children) SIGKILLs the group at the SIGKILL point of the
+// deadline as of now, unless its pipe ends first: we were continued, or are gone
+// (CliTest.ACommandContinuedBehindAStoppedRedlockIsKilledBeforeTheDeadline).
+// Returns the pipe's write end, or -1 if no watchdog could start (the stop is then unguarded).
+int RunSession::start_watchdog() {
+  if (group_gone_) return -1;
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline() - margin_ - client_->now());
+  const long long left_ms = std::max<long long>(0, left.count());
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return -1;
+  const pid_t group = child_;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // The child of a threaded process: async-signal-safe calls only. The group's id stays
+    // ours while we are stopped: its first process is our child, unreaped.
+    ::close(fds[1]);
+    timespec start{};
+    ::clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+      timespec now{};
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      const long long elapsed_ms = (now.tv_sec - start.tv_sec) * 1000LL + (now.tv_nsec - start.tv_nsec) / 1'000'000;
+      const long long wait_ms = left_ms - elapsed_ms;
+      if (wait_ms <= 0) break;
+      pollfd end{fds[0], POLLIN, 0};
+      const int ready = ::poll(&end, 1, static_cast<int>(std::min<long long>(wait_ms, 1'000'000)));
+      if (ready > 0 || (ready < 0 && errno != EINTR)) ::_exit(0);
+    }
+    ::kill(-group, SIGKILL);
+    ::_exit(kWatchdogKilled);
+  }
+  ::close(fds[0]);
+  if (pid < 0) {
+    ::close(fds[1]);
+    return -1;
+  }
+  watchdog_ = pid;
+  return fds[1];
 }
 
 void RunSession::continue_command() {
