@@ -325,6 +325,8 @@ class RunSession {
   void on_command_stopped(int signal);
   void stop_self();
   int start_watchdog();
+  void finish_watchdog();
+  void note_watchdog_exit(int status);
   static constexpr int kWatchdogKilled = 3;  // the watchdog's exit status when it killed the group
   void continue_command();
   void check_group();
@@ -364,6 +366,7 @@ class RunSession {
   bool child_stopped_ = false;
   bool resume_after_stop_ = false;  // redlock was stopped with the command and has been continued
   pid_t watchdog_ = -1;              // the watchdog of the current stop, until reaped (stop_self)
+  TimePoint watchdog_kill_at_{};     // when it was to SIGKILL the group (the Client's clock)
   bool watchdog_killed_ = false;     // a watchdog killed the group: the lock was lost
   std::optional<TimePoint> group_gone_;
   bool job_control_ = false;     // redlock is a job of its own on its controlling terminal
@@ -741,8 +744,7 @@ void RunSession::reap() {
     if (pid < 0 && errno == EINTR) continue;
     if (pid <= 0) return;
     if (pid == watchdog_ && (WIFEXITED(status) || WIFSIGNALED(status))) {
-      watchdog_ = -1;
-      watchdog_killed_ = watchdog_killed_ || (WIFEXITED(status) && WEXITSTATUS(status) == kWatchdogKilled);
+      note_watchdog_exit(status);
       continue;
     }
     if (pid != child_) continue;  // an orphan of the command's, handed to us as subreaper: reaped
@@ -759,6 +761,10 @@ void RunSession::reap() {
 
 void RunSession::on_command_stopped(int signal) {
   child_stopped_ = true;
+  // A loss the lease has declared, or a deadline already passed, is acted on now, not after
+  // a stop (the watchdog would wait for the SIGKILL point).
+  check_lease();
+  keep_time();
   if (!terminal_.present() || lost_) return;  // no job control: keep the lease; SIGCONT continues it
   if ((signal == SIGTTIN || signal == SIGTTOU) && terminal_.ours()) {
     // The command wants the terminal, and redlock's job has it to give (e.g. in a script).
@@ -783,7 +789,36 @@ void RunSession::stop_self() {
   // SIGSTOP: our SIGTSTP is blocked. Execution goes on here once we are continued.
   ::kill(::getpid(), SIGSTOP);
   resume_after_stop_ = true;
-  if (watchdog >= 0) ::close(watchdog);  // it ends (reap() collects it)
+  if (watchdog >= 0) {
+    ::close(watchdog);  // it ends at once
+    finish_watchdog();
+  }
+}
+
+// Reaps the watchdog now, before anything else of this pass: what it did is known before the
+// group's end is looked at, and it is never left to look like a process that left the group.
+void RunSession::finish_watchdog() {
+  for (int waited_ms = 0; watchdog_ > 0; waited_ms += 5) {
+    int status = 0;
+    const pid_t pid = ::waitpid(watchdog_, &status, waited_ms < 1000 ? WNOHANG : 0);
+    if (pid == watchdog_ && (WIFEXITED(status) || WIFSIGNALED(status))) {
+      note_watchdog_exit(status);
+    } else if (pid < 0 && errno != EINTR) {
+      watchdog_ = -1;  // not ours any more
+    } else if (waited_ms == 995) {
+      ::kill(watchdog_, SIGKILL);  // stopped by someone: it must not kill later
+    } else if (pid == 0) {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  }
+}
+
+void RunSession::note_watchdog_exit(int status) {
+  watchdog_ = -1;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kWatchdogKilled) {
+    watchdog_killed_ = true;
+    if (!sigkill_at_) sigkill_at_ = watchdog_kill_at_;  // the report's sigkill_ns: when it was due
+  }
 }
 
 // A stopped redlock renews nothing, and it cannot tell whether the command runs: whoever
@@ -796,8 +831,12 @@ void RunSession::stop_self() {
 // Returns the pipe's write end, or -1 if no watchdog could start (the stop is then unguarded).
 int RunSession::start_watchdog() {
   if (group_gone_) return -1;
-  const auto left = std::chrono::duration_cast<milliseconds>(deadline() - margin_ - client_->now());
-  const long long left_ms = std::max<long long>(0, left.count());
+  // The SIGKILL point on CLOCK_MONOTONIC (steady_clock), fixed before the fork: the child's
+  // own start (the fork's copy, its first run) must not push it later.
+  watchdog_kill_at_ = deadline() - margin_;
+  const auto kill_at = std::chrono::steady_clock::now() + (watchdog_kill_at_ - client_->now());
+  const long long kill_at_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(kill_at.time_since_epoch()).count();
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return -1;
   const pid_t group = child_;
@@ -806,16 +845,14 @@ int RunSession::start_watchdog() {
     // The child of a threaded process: async-signal-safe calls only. The group's id stays
     // ours while we are stopped: its first process is our child, unreaped.
     ::close(fds[1]);
-    timespec start{};
-    ::clock_gettime(CLOCK_MONOTONIC, &start);
     for (;;) {
       timespec now{};
       ::clock_gettime(CLOCK_MONOTONIC, &now);
-      const long long elapsed_ms = (now.tv_sec - start.tv_sec) * 1000LL + (now.tv_nsec - start.tv_nsec) / 1'000'000;
-      const long long wait_ms = left_ms - elapsed_ms;
-      if (wait_ms <= 0) break;
+      const long long left_ns = kill_at_ns - (now.tv_sec * 1'000'000'000LL + now.tv_nsec);
+      if (left_ns <= 0) break;
       pollfd end{fds[0], POLLIN, 0};
-      const int ready = ::poll(&end, 1, static_cast<int>(std::min<long long>(wait_ms, 1'000'000)));
+      const long long wait_ms = std::min<long long>(left_ns / 1'000'000, 1'000'000);  // rounded down
+      const int ready = ::poll(&end, 1, static_cast<int>(wait_ms));
       if (ready > 0 || (ready < 0 && errno != EINTR)) ::_exit(0);
     }
     ::kill(-group, SIGKILL);

@@ -92,12 +92,8 @@ ClientImpl::~ClientImpl() {
       std::fputs("redlock: Client destroyed on its own loop thread; this would deadlock\n", stderr);
       std::abort();
     }
-    loop_->post([this] { shutdown(); });  // after what was posted before, as below
+    loop_->post([this] { shutdown(); });
   } else {
-    // A caller's loop: what was posted before ~Client (a Lease's release, a release_async)
-    // begins now, as the loop's next pass would have begun it; the shutdown's close then writes
-    // it (LeaseTest.ALeaseDestroyedJustBeforeItsClientOnACallersLoopStillReleases).
-    loop_->run_posted();
     shutdown();
   }
   loop_->join();  // the loop thread ends once the shutdown has closed every handle
@@ -131,6 +127,7 @@ void ClientImpl::destroy_from_callback(std::unique_ptr<ClientImpl> impl) {
 void ClientImpl::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  begin_lease_releases();  // before shutting_down_: begin() would refuse them
   shutting_down_ = true;
   stop_leases();  // before the loop closes: they must not post to it from now on
   std::vector<OperationId> live;

@@ -309,19 +309,20 @@ void LeaseCore::release(Callback done) {
     released_ = true;
     stopped_.store(true, std::memory_order_release);
     lock = lock_;
-    // While client_ is set the Client has not begun to close its loop, so the task will run
-    // (on the loop thread, with the Client alive), before the shutdown of a ~Client right
-    // behind it: it queues the release at once (release_now), and the shutdown's close writes
-    // what is queued (LeaseTest.ALeaseDestroyedJustBeforeItsClientStillReleases).
+    if (!twice) release_done_ = std::move(done);
+    // While client_ is set the Client has not begun to shut down. Its task begins the release
+    // on the loop (release_now: queued at once, so the shutdown's close writes it). A shutdown
+    // may still run before the task (a ~Client on a caller's loop or in a callback runs it at
+    // once; on the Client's own loop it is posted behind this): it begins the releases noted
+    // here first (begin_lease_releases), and whichever comes first begins it.
     if (!twice && client_ != nullptr) {
-      posted = client_->loop().post([self = shared_from_this(), lock, done] {
-        ClientImpl* const client = self->client();
-        if (client == nullptr) {
-          call_user(done, refused(Outcome::cancelled, "the client is shutting down"));
-          return;
+      client_->note_lease_release(shared_from_this());
+      posted = client_->loop().post([self = shared_from_this()] {
+        if (ClientImpl* const client = self->client()) {
+          self->begin_release(*client);
+        } else {
+          self->cancel_release();
         }
-        self->cancel_timers(client->loop());
-        client->release_now(lock, done);
       });
     }
   }
@@ -329,8 +330,31 @@ void LeaseCore::release(Callback done) {
   if (twice) {
     call_user(done, refused(Outcome::invalid_argument, "the lease of '" + lock.resource + "' was already released"));
   } else if (!posted) {
-    call_user(done, refused(Outcome::cancelled, "the client is shutting down"));
+    cancel_release();
   }
+}
+
+void LeaseCore::begin_release(ClientImpl& client) {
+  if (release_begun_.exchange(true, std::memory_order_acq_rel)) return;
+  Lock lock;
+  Callback done;
+  {
+    const std::lock_guard guard(mutex_);
+    lock = lock_;
+    done = std::move(release_done_);
+  }
+  cancel_timers(client.loop());
+  client.release_now(std::move(lock), std::move(done));
+}
+
+void LeaseCore::cancel_release() {
+  if (release_begun_.exchange(true, std::memory_order_acq_rel)) return;
+  Callback done;
+  {
+    const std::lock_guard guard(mutex_);
+    done = std::move(release_done_);
+  }
+  call_user(done, refused(Outcome::cancelled, "the client is shutting down"));
 }
 
 void LeaseCore::client_gone() {
@@ -354,6 +378,25 @@ void ClientImpl::keep_lease(const std::shared_ptr<LeaseCore>& lease) {
   sweep_when_doubled(leases_, leases_sweep_at_, 64, [](const std::weak_ptr<LeaseCore>& weak) { return weak.expired(); });
   leases_.push_back(lease);
   lease->start();
+}
+
+void ClientImpl::note_lease_release(const std::shared_ptr<LeaseCore>& lease) {
+  const std::lock_guard guard(releasing_mutex_);
+  sweep_when_doubled(releasing_, releasing_sweep_at_, 64,
+                     [](const std::weak_ptr<LeaseCore>& weak) { return weak.expired(); });
+  releasing_.push_back(lease);
+}
+
+// LeaseTest.ALeaseDestroyedJustBeforeItsClientOnACallersLoopStillReleases.
+void ClientImpl::begin_lease_releases() {
+  std::vector<std::weak_ptr<LeaseCore>> releasing;
+  {
+    const std::lock_guard guard(releasing_mutex_);
+    releasing.swap(releasing_);
+  }
+  for (const auto& weak : releasing) {
+    if (auto lease = weak.lock()) lease->begin_release(*this);
+  }
 }
 
 void ClientImpl::stop_leases() {

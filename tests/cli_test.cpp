@@ -587,14 +587,25 @@ TEST_F(CliTest, CtrlZOnATerminalStopsTheJobAndContinuingResumesTheCommand) {
   EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }));
 }
 
-// The command of the two tests below: a shell that writes its pid to `pid_file`, then runs a
-// loop that ignores SIGTSTP and writes a count to `counter` about every 50 ms.
-std::vector<std::string> counting_command(const fs::path& pid_file, const fs::path& counter) {
-  return {"sh", "-c",
-          "echo $$ > \"$1\"; sh -c 'trap \"\" TSTP; i=0; while :; do i=$((i+1)); echo $i > \"$1\"; sleep 0.05; done' "
-          "sh \"$2\" & wait",
-          "sh", pid_file.string(), counter.string()};
-}
+// The job of the two tests below: `redlock --ttl 2s run job -- sh ...` on a terminal. The
+// command, a shell, writes its pid to dir/pid, then runs a loop that ignores SIGTSTP and writes
+// a count to dir/counter about every 50 ms. `command` is that pid, or <= 0 if it never came.
+struct CountingJob {
+  explicit CountingJob(const std::function<std::vector<std::string>(const std::vector<std::string>&)>& with_masters)
+      : tool(with_masters(
+            {"--ttl", "2s", "run", "job", "--", "sh", "-c",
+             "echo $$ > \"$1\"; sh -c 'trap \"\" TSTP; i=0; while :; do i=$((i+1)); echo $i > \"$1\"; sleep 0.05; done' "
+             "sh \"$2\" & wait",
+             "sh", (dir / "pid").string(), counter.string()})),
+        command(wait_for_pid_file(dir / "pid")) {
+    if (command > 0) guard.watch(command);
+  }
+  TempDir dir;
+  const fs::path counter = dir / "counter";
+  GroupGuard guard;
+  PtyProcess tool;
+  const pid_t command;
+};
 
 // Whether the count in `counter` goes up within `within`.
 bool counts_on(const fs::path& counter, std::chrono::milliseconds within) {
@@ -611,17 +622,11 @@ bool counts_on(const fs::path& counter, std::chrono::milliseconds within) {
 // it is stopped, so nothing of the group may run on meanwhile: a process that ignores SIGTSTP
 // (here a loop counting into a file) must be stopped too, or it would outlive the lock.
 TEST_F(CliTest, CtrlZStopsTheWholeGroupEvenProcessesThatIgnoreSigtstp) {
-  TempDir dir;
-  GroupGuard guard;
-  const fs::path counter = dir / "counter";
-  // The loop is a shell of its own that starts counting only once it ignores SIGTSTP.
-  std::vector<std::string> args = {"--ttl", "2s", "run", "job", "--"};
-  for (auto& arg : counting_command(dir / "pid", counter)) args.push_back(std::move(arg));
-  PtyProcess tool(with_masters(args));
-  const pid_t command = wait_for_pid_file(dir / "pid");
+  CountingJob job([&](const std::vector<std::string>& args) { return with_masters(args); });
+  PtyProcess& tool = job.tool;
+  const pid_t command = job.command;
   ASSERT_GT(command, 0) << tool.screen();
-  guard.watch(command);
-  const auto counting = [&](std::chrono::milliseconds within) { return counts_on(counter, within); };
+  const auto counting = [&](std::chrono::milliseconds within) { return counts_on(job.counter, within); };
   ASSERT_TRUE(counting(5s)) << "the loop does not run";
   tool.type("\x1a");
   ASSERT_TRUE(tool.wait_stopped(5s)) << tool.screen();
@@ -643,15 +648,11 @@ TEST_F(CliTest, CtrlZStopsTheWholeGroupEvenProcessesThatIgnoreSigtstp) {
 // nothing. Before, the command then ran on past the deadline and another client got the lock
 // meanwhile; the watchdog started with the stop kills the group at the SIGKILL point.
 TEST_F(CliTest, ACommandContinuedBehindAStoppedRedlockIsKilledBeforeTheDeadline) {
-  TempDir dir;
-  GroupGuard guard;
-  const fs::path counter = dir / "counter";
-  std::vector<std::string> args = {"--ttl", "2s", "run", "job", "--"};
-  for (auto& arg : counting_command(dir / "pid", counter)) args.push_back(std::move(arg));
-  PtyProcess tool(with_masters(args));
-  const pid_t command = wait_for_pid_file(dir / "pid");
+  CountingJob job([&](const std::vector<std::string>& args) { return with_masters(args); });
+  PtyProcess& tool = job.tool;
+  const pid_t command = job.command;
+  const fs::path& counter = job.counter;
   ASSERT_GT(command, 0) << tool.screen();
-  guard.watch(command);
   ASSERT_TRUE(counts_on(counter, 5s)) << "the loop does not run";
   ASSERT_EQ(::kill(command, SIGSTOP), 0);
   ASSERT_TRUE(tool.wait_stopped(5s)) << tool.screen();

@@ -411,6 +411,40 @@ TEST(LeaseTest, ALeaseDestroyedJustBeforeItsClientOnACallersLoopStillReleases) {
       << with_key(masters, key) << " masters still hold " << key;
 }
 
+// And with both destroyed inside one of the Client's callbacks on a caller's loop: the Client
+// shuts down there and then, its memory freed on the loop's next pass (review).
+TEST(LeaseTest, ALeaseAndItsClientDestroyedInsideACallbackStillRelease) {
+  RedisServerGroup masters(3);
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  auto options = lease_options(masters);
+  options.loop = &loop;
+  auto client = std::make_unique<Client>(options);
+  std::string key;
+  bool done = false;
+  AcquireOptions ttl;
+  ttl.ttl = 30s;
+  client->acquire_async(
+      "in-callback",
+      [&](Result held) {
+        done = true;
+        if (!held) return;
+        key = held.lock->key;
+        std::optional<Lease> lease(client->keep(*held.lock));
+        lease.reset();
+        client.reset();
+      },
+      ttl);
+  const auto give_up = steady_clock::now() + 5s;
+  while (!done && steady_clock::now() < give_up) uv_run(&loop, UV_RUN_ONCE);
+  ASSERT_FALSE(key.empty()) << "not acquired";
+  ASSERT_EQ(client, nullptr);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_EQ(uv_loop_close(&loop), 0);
+  EXPECT_TRUE(eventually([&] { return with_key(masters, key) == 0; }, 2s))
+      << with_key(masters, key) << " masters still hold " << key;
+}
+
 // --- the async API: keep() and release_async() inside callbacks on the loop thread.
 
 TEST(LeaseTest, KeepAndReleaseWorkInsideCallbacksOnTheLoopThread) {

@@ -46,9 +46,8 @@ class Client {
 
   // Cancels operations still in flight (their callbacks get Outcome::cancelled and any
   // partial grant is released, best effort) and closes the connections. Never throws.
-  // Operations requested before it (a release_async, a Lease destroyed just before) begin
-  // first, so a release requested before ~Client is sent (best effort: to the masters whose
-  // connection is ready at that moment).
+  // The release of a Lease destroyed (or released) before it is sent first, best effort: to
+  // the masters whose connection is ready at that moment.
   // With the Client's own loop: joins the loop thread; must not be called from a callback
   // (that would wait for itself: it prints why and aborts).
   // With a caller's loop: must be called on that loop's thread (or while it is not

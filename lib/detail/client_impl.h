@@ -11,6 +11,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <memory_resource>
 #include <optional>
 #include <random>
@@ -89,6 +90,8 @@ class ClientImpl {
   // Leases (lib/lease.cpp). Loop thread: the Client stops `lease` when it shuts down (at once
   // if it already is), then starts it.
   void keep_lease(const std::shared_ptr<LeaseCore>& lease);
+  // Any thread: a lease asked to release; its task is on the way to the loop. lib/lease.cpp.
+  void note_lease_release(const std::shared_ptr<LeaseCore>& lease);
 
  private:
   // Loop thread.
@@ -129,6 +132,10 @@ class ClientImpl {
   void cancel(OperationId id);
   void shutdown();
   void stop_leases();  // lib/lease.cpp
+  // Loop thread, at shutdown: begins the releases noted (note_lease_release) whose task has not
+  // run yet (it may still be queued behind a shutdown that runs first: a caller's loop, a
+  // callback). lib/lease.cpp.
+  void begin_lease_releases();
 
   // How many freed operations, and rounds, are kept for reuse (each about 0.6 KiB).
   static constexpr std::size_t kCachedBlocks = 1024;
@@ -191,6 +198,9 @@ class ClientImpl {
   int callbacks_running_ = 0;  // user callbacks on the stack (a Client may be deleted in one)
   std::vector<std::weak_ptr<LeaseCore>> leases_;  // stopped at shutdown; swept when it doubles
   std::size_t leases_sweep_at_ = 64;
+  std::mutex releasing_mutex_;  // a leaf: never held while taking another lock
+  std::vector<std::weak_ptr<LeaseCore>> releasing_;  // guarded; swept when it doubles
+  std::size_t releasing_sweep_at_ = 64;               // guarded
 };
 
 }  // namespace redlock::detail

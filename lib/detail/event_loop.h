@@ -66,10 +66,6 @@ class EventLoop {
   // connections use it to write everything queued in this iteration in one syscall.
   void add_before_poll_hook(Task hook);
 
-  // Loop thread only. Runs the tasks posted so far now, as the loop's next pass would (a
-  // task may post again: that one runs in a later pass).
-  void run_posted() { drain_queue(); }
-
   // Own thread: waits until the loop thread has finished (after close() ran on it).
   void join();
 

@@ -61,6 +61,9 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   [[nodiscard]] Lock lock() const;
   // Stops renewal, then releases (also after a loss). `done` may be empty.
   void release(Callback done);
+  // Loop thread: begins the release asked for by release(), unless it has begun (its task or
+  // the Client's shutdown, whichever runs first).
+  void begin_release(ClientImpl& client);
   // Runs `task` on the Client's loop; false when the Client is gone or closing.
   bool post(EventLoop::Task task);
   [[nodiscard]] bool on_loop_thread() const;
@@ -80,6 +83,7 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   bool declare_loss(LossReason reason, Lock& lock, bool only_if_overdue);
   void announce_loss(LossReason reason, const Lock& lock);  // loop thread
   void cancel_timers(EventLoop& loop) noexcept;
+  void cancel_release();  // the release cannot begin (the Client is gone): done gets cancelled
   // Loop time (now_ns) of an instant on the Client's validity clock.
   [[nodiscard]] static std::uint64_t loop_time_of(const ClientImpl& client, std::chrono::steady_clock::time_point at);
   // The Client, if it is still there (loop thread: it cannot go away while we run).
@@ -95,6 +99,8 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   Lock lock_;                         // guarded by mutex_; as of the last grant
   std::optional<LossReason> loss_;    // guarded by mutex_
   bool released_ = false;             // guarded by mutex_
+  Callback release_done_;             // guarded by mutex_; taken by whoever begins or cancels it
+  std::atomic<bool> release_begun_{false};
 
   // Loop thread only.
   EventLoop::TimerId renew_timer_ = 0;
