@@ -629,12 +629,14 @@ void RunSession::supervise() {
     poll_once(next_timeout());
     for (const auto& info : signals_.read_all()) on_signal(info);
     mailbox_->take();  // only wake-ups from the lease now: check_lease() asks it
-    check_lease();
+    // The group's end first: after a watchdog's kill the leader may be reaped already, and
+    // nothing may signal its group id then (it may be reused).
     check_group();
     if (watchdog_killed_ && !lost_) {
-      // The group may be gone already, before the lease's own loss reaches us.
+      // Before the lease's own loss reaches us: the watchdog's is the reason, and its kill.
       lose("redlock was stopped past the lock's SIGKILL point while the command ran; its watchdog killed the group");
     }
+    check_lease();
     keep_time();
     if (resume_after_stop_) {
       // redlock was stopped with the command and is running again. keep_time() has just
@@ -843,7 +845,9 @@ int RunSession::start_watchdog() {
   const pid_t pid = ::fork();
   if (pid == 0) {
     // The child of a threaded process: async-signal-safe calls only. The group's id stays
-    // ours while we are stopped: its first process is our child, unreaped.
+    // ours while we are stopped: its first process is our child, unreaped. A group of its
+    // own: a stop aimed at redlock's job (kill -STOP %1) must not stop it too.
+    ::setpgid(0, 0);
     ::close(fds[1]);
     for (;;) {
       timespec now{};
@@ -896,7 +900,7 @@ void RunSession::lose(const std::string& why) {
     if (now >= kill_at_) {
       // No time for SIGTERM (--kill-after 0, or redlock was stopped past the point).
       signal_group(SIGKILL);
-      sigkill_at_ = now;
+      if (!sigkill_at_) sigkill_at_ = now;  // a watchdog's kill came first
       text += "; sent SIGKILL to " + group;
     } else {
       signal_group(SIGTERM);

@@ -316,7 +316,10 @@ void LeaseCore::release(Callback done) {
     // once; on the Client's own loop it is posted behind this): it begins the releases noted
     // here first (begin_lease_releases), and whichever comes first begins it.
     if (!twice && client_ != nullptr) {
-      client_->note_lease_release(shared_from_this());
+      try {
+        client_->note_lease_release(shared_from_this());
+      } catch (...) {  // bad_alloc: the task alone begins it (inside ~Lease, nothing may throw)
+      }
       posted = client_->loop().post([self = shared_from_this()] {
         if (ClientImpl* const client = self->client()) {
           self->begin_release(*client);

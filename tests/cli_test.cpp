@@ -664,9 +664,10 @@ TEST_F(CliTest, ACommandContinuedBehindAStoppedRedlockIsKilledBeforeTheDeadline)
   EXPECT_EQ(other.exit_code, 0) << describe(other);
   EXPECT_FALSE(counts_on(counter, 1s)) << "the command runs on while another client holds the lock";
   EXPECT_EQ(live_members(command), std::vector<pid_t>{}) << tool.screen();
-  // Continued, redlock finds the lease gone and the group dead.
+  // Continued, redlock finds the lease gone and the group dead, and says who killed it.
   ASSERT_EQ(::kill(tool.pid(), SIGCONT), 0);
   EXPECT_EQ(tool.wait_exit(10s), 75) << tool.screen();
+  EXPECT_NE(tool.screen().find("its watchdog killed the group"), std::string::npos) << tool.screen();
 }
 
 TEST_F(CliTest, RunReportsAMissingCommandWith127AndReleases) {

@@ -47,7 +47,9 @@ class Client {
   // Cancels operations still in flight (their callbacks get Outcome::cancelled and any
   // partial grant is released, best effort) and closes the connections. Never throws.
   // The release of a Lease destroyed (or released) before it is sent first, best effort: to
-  // the masters whose connection is ready at that moment.
+  // the masters whose connection is ready at that moment. A Lease released while ~Client runs
+  // on another thread may be cancelled instead; a plain release_async is an operation like
+  // any other.
   // With the Client's own loop: joins the loop thread; must not be called from a callback
   // (that would wait for itself: it prints why and aborts).
   // With a caller's loop: must be called on that loop's thread (or while it is not

@@ -11,8 +11,8 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <memory_resource>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
