@@ -312,6 +312,9 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
         }
       }
       round.keep_late_grants(state);
+      // From now on a restart of a granting master takes its vote away, also while a fencing
+      // round is out (RestartGuardTest.AGrantLostDuringTheFencingRoundIsNotHandedOut).
+      masters_.remember(state);
       AcquirePart& acquire = op->acquire();
       if (!acquire.fencing) {
         grant(op, round.sent_at(), std::move(result), std::move(state), 0);
@@ -352,6 +355,18 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
 void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady_clock::time_point started,
                        Result result, std::shared_ptr<LockState> state, std::uint64_t fence) {
   const bool acquiring = op->kind() == RoundKind::acquire;
+  if (acquiring && state->lost.load(std::memory_order_acquire)) {
+    for (std::uint32_t i = 0; i < result.masters.size(); ++i) {
+      if (result.masters[i].status != MasterStatus::ok || state->epochs[i] != 0) continue;
+      result.masters[i].status = MasterStatus::not_counted;
+      result.masters[i].error = "restarted after its grant, before the fencing round ended: the grant is gone";
+    }
+    result.outcome = Outcome::quorum_unreachable;
+    result.message = "a master that granted it restarted before the fencing round ended: " +
+                     std::to_string(state->votes) + " grants left, " + std::to_string(masters_.quorum()) + " needed";
+    fail_attempt(op, std::move(result));
+    return;
+  }
   const auto drift = drift_for(op->ttl, options_.drift_factor, options_.drift_constant);
   auto deadline = started + op->ttl - drift;
   // An extend never shortens (the script keeps a longer PTTL), so the lock's deadline never
@@ -381,7 +396,6 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
     lock.fence = fence;
     state->granted_by = this;
     LockAccess::set_state(lock, std::move(state));
-    masters_.remember(LockAccess::state(lock));
   } else {
     lock = std::move(op->extend().lock);
     LockAccess::set_adopted(lock, false);  // its validity is known from now on

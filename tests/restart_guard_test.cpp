@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "clock_control.h"
+#include "detail/lock_commands.h"
 #include "tcp_proxy.h"
 #include "test_util.h"
 
@@ -312,6 +315,95 @@ TEST(RestartGuardTest, ADurableServerTakingOverTheAddressIsNotCountedAtOnce) {
   masters[2].thaw();
   EXPECT_EQ(after.masters[0].status, MasterStatus::not_counted) << format_result(after);
   EXPECT_NE(after.masters[0].error.find("counted after"), std::string::npos) << format_result(after);
+}
+
+// A master that voted, then restarted and was reconnected to before the round decided, has
+// forgotten what it granted: its vote is taken back, as a restart takes a held lock's away.
+// Here master 0 grants, restarts empty while master 1 (frozen) has not answered, and master 2
+// is held by another owner: only master 1's grant is left, one of two needed. Before, the
+// vote was counted under the new incarnation and the lock granted on one real key.
+TEST(RestartGuardTest, AVoteFromAMasterThatRestartedBeforeTheDecisionIsTakenBack) {
+  RedisServerGroup masters(3);
+  auto options = guarded(masters, true);
+  options.command_timeout = 1500ms;  // the round waits for master 1 while master 0 restarts
+  options.retry_count = 0;
+  std::promise<Result> decided;  // outlives the Client, which may call back as it ends
+  auto future = decided.get_future();
+  Client client(options);
+  wait_until_counted(client, "warm-up");
+  const Result warm = client.acquire("warm-up");
+  ASSERT_TRUE(warm) << format_result(warm);
+  const Result released = client.release(*warm.lock);  // a release's rows are not votes
+  ASSERT_EQ(released.outcome, Outcome::released) << format_result(released);
+  masters[2].command({"SET", "redlock:restarted-voter", "other-owner", "PX", "60000"});
+  masters[1].freeze();
+  client.acquire_async("restarted-voter", [&decided](Result r) { decided.set_value(std::move(r)); });
+  ASSERT_TRUE(eventually([&] { return masters[0].command({"EXISTS", "redlock:restarted-voter"}).integer == 1; }, 2s));
+  std::this_thread::sleep_for(50ms);  // master 0's grant is read
+  masters[0].kill();
+  ASSERT_TRUE(eventually([&] { return !client.wait_connected(3, 20ms); }, 2s)) << "the drop was not noticed";
+  masters[0].restart();  // no persistence: the grant is gone
+  ASSERT_TRUE(client.wait_connected(3, 2s)) << "master 0 was not reconnected to within the round";
+  masters[1].thaw();
+  const Result result = future.get();
+  EXPECT_NE(result.outcome, Outcome::acquired) << format_result(result);
+  EXPECT_EQ(result.masters[0].status, MasterStatus::not_counted) << format_result(result);
+  EXPECT_NE(result.masters[0].error.find("restarted after its vote"), std::string::npos) << format_result(result);
+  EXPECT_EQ(result.masters[1].status, MasterStatus::ok) << format_result(result);
+  if (result) client.release(*result.lock);
+}
+
+// The same between a fenced acquire's two rounds: master 0 granted in round 1, then restarted
+// empty while the fencing round waited for master 1. The fencing round still reaches its
+// quorum (masters 1 and 2 raise the counter), but the lock's grants are down to master 1's
+// alone. Before, the lock was handed out with master 0's lost grant counted.
+TEST(RestartGuardTest, AGrantLostDuringTheFencingRoundIsNotHandedOut) {
+  RedisServerGroup masters(3);
+  const std::string raise_sha = detail::Script(detail::kFenceRaiseScript).sha1;
+  // Masters 0 and 1 hold the fencing round's raise back (master 0's until it is killed), so
+  // its decision waits for master 1.
+  std::atomic<int> to_hold{0};
+  std::atomic<int> held{0};
+  std::promise<void> let_raises_go;
+  std::shared_future<void> go = let_raises_go.get_future().share();
+  const auto hold_raise = [&](std::string_view chunk) {
+    if (chunk.find(raise_sha) == std::string_view::npos || to_hold.fetch_sub(1) <= 0) return;
+    ++held;
+    go.wait_for(5s);
+  };
+  TcpProxy master0(masters[0].port(), hold_raise);
+  TcpProxy master1(masters[1].port(), hold_raise);
+  auto options = guarded(masters, true);
+  options.masters = {master0.uri(), master1.uri(), masters[2].uri()};
+  options.command_timeout = 1500ms;  // the fencing round waits for master 1 while master 0 restarts
+  std::promise<Result> decided;  // outlives the Client, which may call back as it ends
+  auto future = decided.get_future();
+  Client client(options);
+  wait_until_counted(client, "warm-up");
+  AcquireOptions fenced;
+  fenced.fencing = true;
+  fenced.retry_count = 0;
+  // The counters' catch-ups (one command deadline after the first connect) ended during the
+  // wait above.
+  const Result warm = client.acquire("warm-up-fenced", fenced);
+  ASSERT_TRUE(warm) << format_result(warm);
+  const Result released = client.release(*warm.lock);
+  ASSERT_EQ(released.outcome, Outcome::released) << format_result(released);
+  masters[2].command({"SET", "redlock:fenced-voter", "other-owner", "PX", "60000"});
+  to_hold = 2;
+  client.acquire_async("fenced-voter", [&decided](Result r) { decided.set_value(std::move(r)); }, fenced);
+  ASSERT_TRUE(eventually([&] { return held.load() == 2; })) << "the fencing round's raises were not held";
+  masters[0].kill();
+  ASSERT_TRUE(eventually([&] { return !client.wait_connected(3, 20ms); }, 2s)) << "the drop was not noticed";
+  masters[0].restart();  // no persistence: round 1's grant is gone
+  ASSERT_TRUE(client.wait_connected(3, 2s)) << "master 0 was not reconnected to within the round";
+  let_raises_go.set_value();
+  const Result result = future.get();
+  EXPECT_NE(result.outcome, Outcome::acquired) << format_result(result);
+  EXPECT_EQ(result.masters[0].status, MasterStatus::not_counted) << format_result(result);
+  EXPECT_NE(result.message.find("restarted before the fencing round ended"), std::string::npos)
+      << format_result(result);
+  if (result) client.release(*result.lock);
 }
 
 // A master that comes back from a restart with AOF switched on is durable from now on, but it

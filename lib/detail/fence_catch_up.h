@@ -32,6 +32,8 @@ class FenceCatchUp {
   void on_reconnect(std::uint32_t index, bool run_id_known);
   // Whether master `index`'s counter is caught up for its current incarnation.
   [[nodiscard]] bool ready(std::uint32_t index) const { return masters_state_[index].ready; }
+  // How many incarnations of master `index` it has been told of.
+  [[nodiscard]] std::uint32_t generation(std::uint32_t index) const { return masters_state_[index].generation; }
 
  private:
   class Attempt;

@@ -76,6 +76,10 @@ class MasterSet {
   [[nodiscard]] bool any_same_server() const noexcept { return guard_.any_same_server(); }
   [[nodiscard]] const Incarnation& incarnation(std::uint32_t index) const { return guard_.incarnation(index); }
   [[nodiscard]] bool restart_guard_enabled() const noexcept { return guard_.enabled(); }
+  // How many incarnations of master `index` this Client has seen: a new run_id, or any
+  // reconnect while its run_id is unknown. A grant read under one count and decided under
+  // another may be gone (Round::take_back_stale_votes).
+  [[nodiscard]] std::uint32_t incarnations_seen(std::uint32_t index) const { return catch_up_.generation(index); }
 
   // A lock this Client granted (the restart guard may take votes away from it later).
   void remember(const std::shared_ptr<LockState>& state) { guard_.remember(state); }

@@ -139,6 +139,7 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   void record(std::uint32_t index, MasterStatus status, std::string error);
   void note_reconnecting(std::uint32_t index);
   void evaluate();
+  void take_back_stale_votes();
   void on_deadline();
   [[nodiscard]] std::uint64_t late_after_ns() const noexcept;
   MasterStatus classify(std::uint32_t index, const redisReply* reply, std::string& error);
@@ -165,6 +166,8 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
     bool eval_sent = false;           // NOSCRIPT already answered with EVAL
   };
   SmallArray<Learned> learned_;
+  // Per master that granted: MasterSet::incarnations_seen when its grant was read.
+  SmallArray<std::uint32_t> voted_in_;
   std::shared_ptr<LockState> granted_;  // see keep_late_grants
   bool decided_ = false;
   // RoundDeadlines' list (in it from start() until close()).
