@@ -26,6 +26,7 @@
 #include "cli_process.h"
 #include "support/redis_server.h"
 #include "support/tls_certs.h"
+#include "tls_test_base.h"
 
 namespace {
 
@@ -37,16 +38,8 @@ using redlock::support::TestPki;
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
-class CliTlsTest : public ::testing::Test {
+class CliTlsTest : public redlock::testing::TlsTestBase {
  protected:
-  static void SetUpTestSuite() { pki_ = new TestPki(); }
-  static void TearDownTestSuite() {
-    delete pki_;
-    pki_ = nullptr;
-  }
-  static RedisServerOptions tls_server(const TestCertificate& cert, const std::string& auth_clients = "no") {
-    return redlock::support::tls_server_options(*pki_, cert, auth_clients);
-  }
   // A private directory for masters files, removed at the end of the test.
   void SetUp() override {
     char pattern[] = "/tmp/redlock_cli_tls_dir.XXXXXX";
@@ -64,11 +57,8 @@ class CliTlsTest : public ::testing::Test {
     return path;
   }
 
-  static TestPki* pki_;
   fs::path dir_;
 };
-
-TestPki* CliTlsTest::pki_ = nullptr;
 
 // The number of masters holding `key` with `token`. An acquire returns once a quorum granted:
 // a master whose TLS handshake was still running then may never see the SET (the tool exits),

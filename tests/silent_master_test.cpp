@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 
+#include "sanitizers.h"
 #include "support/process_memory.h"
 #include "test_util.h"
 
@@ -26,11 +27,7 @@ namespace {
 
 constexpr std::size_t kFrozen = 2;
 
-#if defined(__SANITIZE_THREAD__)
-constexpr long kBoundKib = 4 * 24 * 1024;
-#else
-constexpr long kBoundKib = 24 * 1024;
-#endif
+constexpr long kBoundKib = kUnderTsan ? 4 * 24 * 1024 : 24 * 1024;
 
 // Keeps `in_flight` acquire+release cycles going on the client's loop until `cycles` have
 // completed; records the first unexpected result.

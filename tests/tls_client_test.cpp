@@ -32,6 +32,7 @@
 #include "support/tls_certs.h"
 #include "test_util.h"
 #include "tls/tls_context.h"
+#include "tls_test_base.h"
 
 namespace redlock::testing {
 namespace {
@@ -41,29 +42,15 @@ using support::TestCertificate;
 using support::TestPki;
 using Clock = std::chrono::steady_clock;
 
-class TlsClientTest : public ::testing::Test {
+class TlsClientTest : public TlsTestBase {
  protected:
-  static void SetUpTestSuite() { pki_ = new TestPki(); }
-  static void TearDownTestSuite() {
-    delete pki_;
-    pki_ = nullptr;
-  }
-
-  static RedisServerOptions tls_server(const TestCertificate& cert, const std::string& auth_clients = "no") {
-    return redlock::support::tls_server_options(*pki_, cert, auth_clients);
-  }
-
   // Test options (no retries, no restart guard: test_util) trusting the test CA.
   static ClientOptions tls_options_for(const std::vector<std::string>& masters) {
     ClientOptions options = options_for(masters);
     options.tls.ca_file = pki_->ca_file();
     return options;
   }
-
-  static TestPki* pki_;
 };
-
-TestPki* TlsClientTest::pki_ = nullptr;
 
 std::string rows(const Result& result) { return format_result(result); }
 

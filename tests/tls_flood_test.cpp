@@ -22,8 +22,10 @@
 #include "loopback_listener.h"
 #include "redlock/client.h"
 #include "support/process_memory.h"
+#include "sanitizers.h"
 #include "support/tls_certs.h"
 #include "test_util.h"
+#include "tls_test_base.h"
 
 // Under AddressSanitizer freed memory waits in a quarantine (256 MB by default) before it is
 // reused, so a peak RSS taken under OpenSSL's churn would measure the quarantine. Read by ASan
@@ -36,44 +38,10 @@ namespace {
 using support::TestPki;
 using Clock = std::chrono::steady_clock;
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kUnderAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kUnderAsan = true;
-#else
-constexpr bool kUnderAsan = false;
-#endif
-#else
-constexpr bool kUnderAsan = false;
-#endif
-
 // Under ThreadSanitizer every allocation and copy OpenSSL makes per key update is intercepted:
 // each flood then takes about 107 s here (12 s plain, 50 s with ASan). They check a memory
 // bound, not how threads meet, and run in the plain and ASan builds.
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kUnderTsan = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kUnderTsan = true;
-#else
-constexpr bool kUnderTsan = false;
-#endif
-#else
-constexpr bool kUnderTsan = false;
-#endif
-
-class TlsFloodTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { pki_ = new TestPki(); }
-  static void TearDownTestSuite() {
-    delete pki_;
-    pki_ = nullptr;
-  }
-  static TestPki* pki_;
-};
-
-TestPki* TlsFloodTest::pki_ = nullptr;
+class TlsFloodTest : public TlsTestBase {};
 
 // A TLS master that asks for a key update again and again and never reads (an attacker's
 // review). The engine answers each request with a KeyUpdate of ours, which the master leaves

@@ -33,6 +33,7 @@
 #include "support/tls_certs.h"
 #include "tls/tls_context.h"
 #include "tls/tls_session.h"
+#include "tls_test_base.h"
 
 namespace {
 
@@ -194,28 +195,14 @@ std::string text_of(const RedisReplyPtr& reply) {
   return reply ? std::string(reply->str != nullptr ? reply->str : "", reply->len) : "<no reply>";
 }
 
-class TlsSessionTest : public ::testing::Test {
+class TlsSessionTest : public redlock::testing::TlsTestBase {
  protected:
-  static void SetUpTestSuite() { pki_ = new TestPki(); }
-  static void TearDownTestSuite() {
-    delete pki_;
-    pki_ = nullptr;
-  }
-
-  static RedisServerOptions tls_server(const TestCertificate& cert, const std::string& auth_clients = "no") {
-    return redlock::support::tls_server_options(*pki_, cert, auth_clients);
-  }
-
   static TlsOptions trusting_ca() {
     TlsOptions options;
     options.ca_file = pki_->ca_file();
     return options;
   }
-
-  static TestPki* pki_;
 };
-
-TestPki* TlsSessionTest::pki_ = nullptr;
 
 TEST_F(TlsSessionTest, HandshakeThenLockCommandsByIpAndByName) {
   RedisServer server(tls_server(pki_->server()));
