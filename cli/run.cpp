@@ -326,6 +326,7 @@ class RunSession {
   void stop_self();
   int start_watchdog();
   void finish_watchdog();
+  bool reap_watchdog(int options);
   void note_watchdog_exit(int status);
   static constexpr int kWatchdogKilled = 3;  // the watchdog's exit status when it killed the group
   void continue_command();
@@ -788,6 +789,17 @@ void RunSession::on_command_stopped(int signal) {
 
 void RunSession::stop_self() {
   const int watchdog = start_watchdog();
+  if (watchdog < 0 && !group_gone_) {
+    // Unguarded, a stopped redlock could not stop a command someone continues: stay running
+    // and renewing, with the command stopped. The shell does not see the job stop.
+    const int error = errno;
+    if (!out_.json()) {
+      out_.note("could not start the watchdog a stop needs (" + std::string(std::strerror(error)) +
+                "): redlock keeps running and renewing; the command stays stopped until it is continued "
+                "(kill -CONT -" + std::to_string(child_) + ")");
+    }
+    return;
+  }
   // SIGSTOP: our SIGTSTP is blocked. Execution goes on here once we are continued.
   ::kill(::getpid(), SIGSTOP);
   resume_after_stop_ = true;
@@ -800,19 +812,24 @@ void RunSession::stop_self() {
 // Reaps the watchdog now, before anything else of this pass: what it did is known before the
 // group's end is looked at, and it is never left to look like a process that left the group.
 void RunSession::finish_watchdog() {
-  for (int waited_ms = 0; watchdog_ > 0; waited_ms += 5) {
-    int status = 0;
-    const pid_t pid = ::waitpid(watchdog_, &status, waited_ms < 1000 ? WNOHANG : 0);
-    if (pid == watchdog_ && (WIFEXITED(status) || WIFSIGNALED(status))) {
-      note_watchdog_exit(status);
-    } else if (pid < 0 && errno != EINTR) {
-      watchdog_ = -1;  // not ours any more
-    } else if (waited_ms == 995) {
-      ::kill(watchdog_, SIGKILL);  // stopped by someone: it must not kill later
-    } else if (pid == 0) {
-      std::this_thread::sleep_for(milliseconds(5));
-    }
+  // Its pipe is closed: it exits at once, unless someone stopped it.
+  for (int waited_ms = 0; watchdog_ > 0 && waited_ms < 1000; waited_ms += 5) {
+    if (!reap_watchdog(WNOHANG)) std::this_thread::sleep_for(milliseconds(5));
   }
+  if (watchdog_ > 0) ::kill(watchdog_, SIGKILL);  // stopped by someone: it must not kill later
+  while (watchdog_ > 0) reap_watchdog(0);
+}
+
+// Whether the watchdog is reaped (or not ours any more).
+bool RunSession::reap_watchdog(int options) {
+  int status = 0;
+  const pid_t pid = ::waitpid(watchdog_, &status, options);
+  if (pid == watchdog_ && (WIFEXITED(status) || WIFSIGNALED(status))) {
+    note_watchdog_exit(status);
+  } else if (pid < 0 && errno != EINTR) {
+    watchdog_ = -1;
+  }
+  return watchdog_ <= 0;
 }
 
 void RunSession::note_watchdog_exit(int status) {
