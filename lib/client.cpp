@@ -91,7 +91,7 @@ std::shared_ptr<Operation> extend_operation(const ClientImpl& client, Lock lock,
   if (!client.granted_here(lock)) {
     if (LockAccess::state(lock)) LockAccess::set_adopted(lock, true);
     auto state = client.make_lock_state(client.size());
-    state->granted_by = &client;
+    state->granted_by = client.id();
     LockAccess::set_state(lock, std::move(state));
   }
   auto op = client.make_operation();
@@ -114,7 +114,7 @@ std::shared_ptr<Operation> release_operation(const ClientImpl& client, Lock lock
 
 bool ClientImpl::granted_here(const Lock& lock) const noexcept {
   const auto& state = LockAccess::state(lock);
-  return state && state->granted_by == this;
+  return state && state->granted_by == id_;
 }
 
 OperationId ClientImpl::extend_async(Lock lock, Callback done, std::optional<Milliseconds> ttl) {

@@ -60,8 +60,16 @@ std::unique_ptr<TlsContext> make_tls_context(const ClientOptions& options, const
 
 }  // namespace
 
+namespace {
+std::uint64_t next_client_id() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
 ClientImpl::ClientImpl(ClientOptions options)
-    : options_(std::move(options)),
+    : id_(next_client_id()),
+      options_(std::move(options)),
       endpoints_(prepare(options_)),
       tls_(make_tls_context(options_, endpoints_)),
       clock_(options_.clock ? options_.clock : std::make_shared<SteadyClock>()),
@@ -394,7 +402,7 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
     lock.key = op->key;
     lock.token = std::move(acquire.attempt_token);
     lock.fence = fence;
-    state->granted_by = this;
+    state->granted_by = id_;
     LockAccess::set_state(lock, std::move(state));
   } else {
     lock = std::move(op->extend().lock);

@@ -103,6 +103,29 @@ TEST(AttackLeaseTest, ALockFromAClientWithAnotherClockIsNotKeptPastItsRealDeadli
       << "the keeping Client believes more validity than any master granted";
 }
 
+// A Client built where a destroyed one was is another Client: the destroyed one's Locks are
+// not its own. (LockState::granted_by was the granting ClientImpl's address; the allocator
+// hands a freed Client's memory to the next one, and keep() then took an hour-ahead deadline
+// for its own, as above.)
+TEST(AttackLeaseTest, AClientBuiltWhereADestroyedOneWasDoesNotTakeItsLocksForItsOwn) {
+  RedisServerGroup masters(3);
+  for (int i = 0; i < 5; ++i) {
+    std::optional<Lock> lock;
+    {
+      auto granting_options = options_for(masters);
+      granting_options.clock = std::make_shared<HourAheadClock>();
+      Client granting(granting_options);
+      ASSERT_TRUE(granting.wait_connected(3, 5s));
+      const Result held = granting.acquire("freed-" + std::to_string(i));
+      ASSERT_TRUE(held) << format_result(held);
+      lock = *held.lock;
+    }
+    Client next(options_for(masters));
+    EXPECT_THROW((void)next.keep(*lock), UsageError) << "round " << i << ": a Lock of a destroyed Client was kept";
+    next.release(*lock);
+  }
+}
+
 // The same confusion through Client::extend: the extend's deadline is max(old, new) with
 // `old` on the other Client's clock.
 TEST(AttackLeaseTest, AnExtendOnAnotherClientNeverReportsMoreThanItsTtl) {

@@ -73,6 +73,8 @@ class ClientImpl {
   OperationId release_now(Lock lock, Callback done);
   // A Lock this Client granted (acquire, or an extend on this Client). Any thread.
   [[nodiscard]] bool granted_here(const Lock& lock) const noexcept;
+  // Unique among the process's Clients, past and present (LockState::granted_by).
+  [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
 
   // On the loop thread, inside one of this Client's callbacks.
   [[nodiscard]] bool inside_callback() const noexcept;
@@ -140,6 +142,7 @@ class ClientImpl {
   // How many freed operations, and rounds, are kept for reuse (each about 0.6 KiB).
   static constexpr std::size_t kCachedBlocks = 1024;
 
+  const std::uint64_t id_;
   ClientOptions options_;  // validated, then max_lock_ttl defaulted (by endpoints_'s initialiser)
   const std::vector<Endpoint> endpoints_;
   // One OpenSSL context when any master is rediss:// (built, and its files checked, at

@@ -20,10 +20,11 @@ class LockState {
  public:
   explicit LockState(std::size_t masters) : epochs(masters, 0) {}
 
-  // The ClientImpl that granted the lock (acquire) or extended it from another Client's or an
-  // adopted Lock. Set once before the Lock is handed out, read-only after (any thread). The
-  // deadline and the epochs below mean something only on that Client.
-  const void* granted_by = nullptr;
+  // The ClientImpl (its id(): never reused, unlike its address once it is freed) that granted
+  // the lock (acquire) or extended it from another Client's or an adopted Lock. Set once
+  // before the Lock is handed out, read-only after (any thread). The deadline and the epochs
+  // below mean something only on that Client.
+  std::uint64_t granted_by = 0;
 
   // Any thread.
   std::atomic<bool> lost{false};
