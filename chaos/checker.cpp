@@ -15,6 +15,7 @@ struct Grant {
   std::string resource;
   std::string token;
   std::uint64_t fence = 0;
+  std::int64_t started_ns = 0;  // when its acquire began (0: unknown)
   std::int64_t granted_ns = 0;
   std::int64_t deadline_ns = kNever;
   std::int64_t release_ns = kNever;
@@ -244,6 +245,7 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
         g.resource = e.resource;
         g.token = e.token;
         g.fence = e.fence;
+        g.started_ns = e.started_ns;
         g.granted_ns = e.t_ns;
         g.deadline_ns = kNever;
         g.learn_deadline(e);
@@ -273,6 +275,10 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
       case EventType::write_accepted:
       case EventType::write_rejected: {
         const bool accepted = e.type == EventType::write_accepted;
+        if (!accepted && e.detail.rfind(kStoreErrorPrefix, 0) == 0) {  // not refused: never judged
+          ++report.store_errors;
+          break;
+        }
         const bool late = e.deadline_ns != 0 && e.invoke_ns > e.deadline_ns;
         ++(accepted ? report.writes_accepted : report.writes_rejected);
         if (late) ++(accepted ? report.late_writes_accepted : report.late_writes_rejected);
@@ -435,6 +441,35 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
     }
   }
 
+  // Fencing, at the grants: per resource, a grant whose acquire began after another grant was
+  // handed out must carry a higher token (docs/fencing.md).
+  std::map<std::string, std::vector<const Grant*>> fenced_by_resource;
+  for (const auto& g : grants) {
+    if (g.fence != 0) fenced_by_resource[g.resource].push_back(&g);
+  }
+  for (auto& [resource, list] : fenced_by_resource) {
+    std::vector<const Grant*> by_start = list;
+    std::sort(list.begin(), list.end(), [](const Grant* a, const Grant* b) { return a->granted_ns < b->granted_ns; });
+    std::sort(by_start.begin(), by_start.end(),
+              [](const Grant* a, const Grant* b) { return a->started_ns < b->started_ns; });
+    std::size_t next = 0;
+    const Grant* highest = nullptr;  // the highest token handed out before b's acquire began
+    for (const Grant* b : by_start) {
+      if (b->started_ns == 0) continue;
+      while (next < list.size() && list[next]->granted_ns < b->started_ns) {
+        if (highest == nullptr || list[next]->fence > highest->fence) highest = list[next];
+        ++next;
+      }
+      if (highest == nullptr || b->fence > highest->fence) continue;
+      Violation v = pair_violation(ViolationKind::fencing, *highest, *b, highest->granted_ns, b->started_ns);
+      v.faults = active_faults(faults, highest->granted_ns, b->granted_ns);
+      v.description = "process " + std::to_string(b->process) + " was granted token " + std::to_string(b->fence) +
+                      " by an acquire begun after process " + std::to_string(highest->process) +
+                      " had been granted token " + std::to_string(highest->fence);
+      add(std::move(v));
+    }
+  }
+
   std::stable_sort(report.violations.begin(), report.violations.end(),
                    [](const Violation& a, const Violation& b) { return a.overlap_start_ns < b.overlap_start_ns; });
   return report;
@@ -448,6 +483,7 @@ nlohmann::json CheckReport::to_json() const {
   j["releases"] = releases;
   j["writes_accepted"] = writes_accepted;
   j["writes_rejected"] = writes_rejected;
+  j["store_errors"] = store_errors;
   j["late_writes_accepted"] = late_writes_accepted;
   j["late_writes_rejected"] = late_writes_rejected;
   j["live_oracle_conflicts"] = live_oracle_conflicts;
@@ -504,6 +540,7 @@ std::string CheckReport::table(std::size_t lines) const {
   row("writes rejected", writes_rejected);
   row("late writes accepted", late_writes_accepted);
   row("late writes rejected", late_writes_rejected);
+  row("store errors", store_errors);
   row("faults injected", faults);
   std::snprintf(buf, sizeof buf, "%-26s %10.0f\n", "longest no-grant gap (ms)", static_cast<double>(longest_no_grant_ns) / 1e6);
   out << buf;

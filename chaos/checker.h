@@ -10,7 +10,10 @@
 //    intervals overlap by more than the tolerance). This is what the holders actually did,
 //    whatever the lock thought: a holder paused past its deadline shows up here.
 //  - fencing: the store accepted a fenced write carrying a lower token than a write it had
-//    already accepted (the earlier one's reply came before the later one was sent).
+//    already accepted (the earlier one's reply came before the later one was sent); or a
+//    fenced grant whose acquire began after another grant of the resource had been handed
+//    out carries a token no higher than that one's (the store's check alone cannot show
+//    tokens going backwards: it refuses the lower one).
 //  - unsignalled_overrun (grants kept as a lease: lease_start): the holder was inside the
 //    oracle past the lease's deadline by more than the tolerance while no loss signal had
 //    come by that deadline. The deadline moves with the lease_renewed events (each counts
@@ -75,6 +78,7 @@ struct CheckReport {
   std::size_t writes_rejected = 0;
   std::size_t late_writes_accepted = 0;  // sent after the writer's own validity deadline
   std::size_t late_writes_rejected = 0;
+  std::size_t store_errors = 0;  // writes that failed at the store (not counted as rejected)
   std::size_t live_oracle_conflicts = 0;  // detected by the oracle as they happened
   std::size_t faults = 0;
   std::size_t processes = 0;

@@ -12,8 +12,9 @@ namespace {
 
 constexpr std::int64_t kMs = 1'000'000;
 
-// A grant to `process` at `granted` ms, valid until `deadline` ms, released at `release`
-// ms (negative: never), inside the oracle for the whole time it holds.
+// A grant to `process` at `granted` ms (its acquire begun 1 ms before), valid until
+// `deadline` ms, released at `release` ms (negative: never), inside the oracle for the whole
+// time it holds.
 void hold(std::vector<Event>& h, int process, const std::string& token, std::int64_t granted, std::int64_t deadline,
           std::int64_t release, std::uint64_t fence = 0) {
   Event e;
@@ -25,9 +26,11 @@ void hold(std::vector<Event>& h, int process, const std::string& token, std::int
   e.t_ns = (granted - 1) * kMs;
   h.push_back(e);
   e.type = EventType::acquire_ok;
+  e.started_ns = (granted - 1) * kMs;
   e.t_ns = granted * kMs;
   e.deadline_ns = deadline * kMs;
   h.push_back(e);
+  e.started_ns = 0;
   e.type = EventType::enter;
   e.t_ns = granted * kMs + 1;
   h.push_back(e);
@@ -176,6 +179,49 @@ TEST(Checker, RejectedStaleWriteAndConcurrentWritesAreFine) {
   EXPECT_EQ(r.fencing_violations, 0u) << r.table();
   EXPECT_EQ(r.writes_accepted, 3u);
   EXPECT_EQ(r.writes_rejected, 1u);
+}
+
+// Tokens at the grants: an acquire begun after a grant was handed out must get a higher token,
+// even where the store never shows it (it refuses the lower one, or nobody wrote).
+TEST(Checker, AGrantBegunAfterAHigherTokenWasHandedOutIsAFencingViolation) {
+  std::vector<Event> h;
+  hold(h, 0, "a", 10, 1000, 20, 7);
+  hold(h, 1, "b", 30, 1000, 40, 5);  // begun at 29, after a's grant at 10: backwards
+  CheckReport r = check_history(h);
+  ASSERT_EQ(r.fencing_violations, 1u) << r.table();
+  EXPECT_EQ(r.violations.front().fence_a, 7u);
+  EXPECT_EQ(r.violations.front().fence_b, 5u);
+  EXPECT_EQ(r.mutual_exclusion_violations, 0u);
+  h.clear();
+  hold(h, 0, "a", 10, 1000, 20, 7);
+  hold(h, 1, "b", 30, 1000, 40, 7);  // the same token again is no better
+  EXPECT_EQ(check_history(h).fencing_violations, 1u);
+  h.clear();
+  hold(h, 0, "a", 10, 1000, 20, 7);
+  hold(h, 1, "b", 30, 1000, 40, 8);
+  hold(h, 2, "c", 11, 1000, -1, 0);  // unfenced grants are not judged
+  EXPECT_EQ(check_history(h).fencing_violations, 0u);
+}
+
+// Two acquires in flight together may be granted in either token order: only one begun after
+// the other's grant is bound by it.
+TEST(Checker, GrantsWhoseAcquiresOverlapAreNotOrderedByToken) {
+  std::vector<Event> h;
+  hold(h, 0, "a", 10, 1000, 20, 7);
+  hold(h, 1, "b", 10, 1000, 40, 5);  // begun at 9, before a's grant was handed out
+  const CheckReport r = check_history(h);
+  EXPECT_EQ(r.fencing_violations, 0u) << r.table();
+}
+
+// A write that failed at the store was not refused: it is neither a rejection nor a late one.
+TEST(Checker, AStoreErrorIsNotARejection) {
+  std::vector<Event> h;
+  write(h, 0, 4, 20, 21, false, 15);
+  h.back().detail = std::string(kStoreErrorPrefix) + "connection refused";
+  const CheckReport r = check_history(h);
+  EXPECT_EQ(r.writes_rejected, 0u);
+  EXPECT_EQ(r.late_writes_rejected, 0u);
+  EXPECT_EQ(r.store_errors, 1u);
 }
 
 // Liveness: the longest stretch after the first grant with nobody holding while clients try.

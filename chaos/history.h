@@ -18,6 +18,9 @@
 
 namespace redlock::chaos {
 
+// The detail of a write_rejected that the store never judged (an error, not a refusal).
+inline constexpr std::string_view kStoreErrorPrefix = "store error: ";
+
 enum class EventType : std::uint8_t {
   acquire_invoke,   // an acquire call starts
   acquire_ok,       // granted: token, fence, deadline_ns (validity end), started_ns
@@ -26,7 +29,7 @@ enum class EventType : std::uint8_t {
   leave,            // ... and left it
   oracle_conflict,  // live detection: entered while someone else was inside (detail: who)
   write_accepted,   // a write to the (fenced) store was accepted: fence, invoke_ns, t_ns = done
-  write_rejected,   // ... refused (stale token)
+  write_rejected,   // ... refused (stale token), or failed at the store: detail kStoreErrorPrefix...
   release,          // release invoked (t_ns) : detail = outcome
   fault_start,      // fault_id, detail = what
   fault_end,        // fault_id

@@ -169,7 +169,7 @@ struct WorkerProcess {
     try {
       accepted = store.write(base.fence, "process " + std::to_string(w.me) + " token " + base.token);
     } catch (const std::exception& ex) {
-      e.detail = std::string("store error: ") + ex.what();
+      e.detail = std::string(kStoreErrorPrefix) + ex.what();
     }
     e.t_ns = monotonic_ns();
     e.type = accepted ? EventType::write_accepted : EventType::write_rejected;
