@@ -28,6 +28,23 @@ Result no_throw(F&& operation) noexcept {
   }
 }
 
+// A release that does not wait on the loop thread, where blocking calls are refused (a
+// Mutex unlocked, a LockGuard ended, inside a callback): there it is begun asynchronously,
+// and its Result is not known here.
+Result release_from_any_thread(Client& client, const Lock& lock) noexcept {
+  return no_throw([&] {
+    try {
+      return client.release(lock);
+    } catch (const UsageError&) {
+      client.release_async(lock, [](const Result&) {});
+      Result result;
+      result.outcome = Outcome::cancelled;
+      result.message = "released in the background: a release on the Client's loop thread cannot wait for its answer";
+      return result;
+    }
+  });
+}
+
 }  // namespace
 
 Mutex::Mutex(Client& client, std::string resource, AcquireOptions options, std::optional<LeaseOptions> renew)
@@ -43,13 +60,36 @@ Mutex::~Mutex() {
 
 bool Mutex::attempt(AcquireOptions options) {
   Result result = client_.acquire(resource_, options);
+  Lease lease;
+  if (result.ok() && renew_) {
+    try {
+      lease = client_.keep(*result.lock, *renew_);
+    } catch (...) {
+      (void)release_from_any_thread(client_, *result.lock);  // not held: nothing left locked
+      throw;
+    }
+  }
   const std::lock_guard guard(state_mutex_);
   if (result.ok()) {
     held_ = result.lock;
-    if (renew_) lease_ = client_.keep(*result.lock, *renew_);
+    lease_ = std::move(lease);
   }
   last_result_ = std::move(result);
   return held_.has_value();
+}
+
+// With the gate held: on failure, or an exception (a blocking call refused on the loop
+// thread, memory), the gate opens again (MutexTest.ATryLockThatThrowsLeavesTheMutexUsable).
+bool Mutex::attempt_behind_gate(AcquireOptions options) {
+  bool acquired = false;
+  try {
+    acquired = attempt(options);
+  } catch (...) {
+    gate_unlock();
+    throw;
+  }
+  if (!acquired) gate_unlock();
+  return acquired;
 }
 
 bool Mutex::gate_lock_until(std::optional<std::chrono::steady_clock::time_point> deadline) {
@@ -77,15 +117,7 @@ void Mutex::lock() {
   AcquireOptions options = options_;
   options.retry_count = -1;  // until acquired: std::mutex::lock() semantics
   options.wait.reset();
-  bool acquired = false;
-  try {
-    acquired = attempt(options);
-  } catch (...) {
-    gate_unlock();
-    throw;
-  }
-  if (!acquired) {
-    gate_unlock();
+  if (!attempt_behind_gate(options)) {
     throw LockError("redlock::Mutex::lock('" + resource_ + "'): " +
                     std::string(to_string(last_result().outcome)) + ": " + last_result().message);
   }
@@ -96,9 +128,7 @@ bool Mutex::try_lock() {
   AcquireOptions options = options_;
   options.retry_count = 0;
   options.wait.reset();
-  if (attempt(options)) return true;
-  gate_unlock();
-  return false;
+  return attempt_behind_gate(options);
 }
 
 bool Mutex::try_lock_within(Milliseconds timeout) {
@@ -113,9 +143,7 @@ bool Mutex::try_lock_within(Milliseconds timeout) {
   } else {
     options.wait.reset();
   }
-  if (attempt(options)) return true;
-  gate_unlock();
-  return false;
+  return attempt_behind_gate(options);
 }
 
 void Mutex::unlock() noexcept {
@@ -132,8 +160,10 @@ void Mutex::unlock() noexcept {
       return;
     }
   }
-  // A renewed lock: the lease stops renewing, then releases its (latest) lock.
-  Result result = no_throw([&] { return lease.lock().token.empty() ? client_.release(*lock) : lease.release(); });
+  // A renewed lock: the lease stops renewing, then releases its (latest) lock. (On the loop
+  // thread its release() is refused, and ~Lease below begins the release instead.)
+  Result result = lease.lock().token.empty() ? release_from_any_thread(client_, *lock)
+                                             : no_throw([&] { return lease.release(); });
   {
     const std::lock_guard guard(state_mutex_);
     last_result_ = std::move(result);
@@ -194,7 +224,7 @@ LockGuard::~LockGuard() { release(); }
 
 const Result& LockGuard::release() noexcept {
   if (!lock_) return result_;
-  result_ = no_throw([&] { return client_.release(*lock_); });
+  result_ = release_from_any_thread(client_, *lock_);
   lock_.reset();
   return result_;
 }

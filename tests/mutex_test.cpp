@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -112,6 +113,61 @@ TEST_F(MutexTest, UnlockWhenNotHeldNeitherThrowsNorTouchesRedis) {
   mutex.unlock();
   EXPECT_EQ(mutex.last_result().outcome, Outcome::invalid_argument);
   static_assert(noexcept(mutex.unlock()));
+}
+
+// Inside a callback (the loop thread) a blocking acquire is refused with UsageError. A
+// try_lock that threw it must leave the Mutex usable: its local gate was left closed, and
+// every later lock() waited forever (an outside review).
+TEST_F(MutexTest, ATryLockThatThrowsLeavesTheMutexUsable) {
+  Mutex mutex(client_, "thrown");
+  std::promise<bool> threw;
+  client_.acquire_async("elsewhere", [&](Result r) {
+    if (r) client_.release_async(*r.lock, [](Result) {});
+    try {
+      (void)mutex.try_lock();
+      threw.set_value(false);
+    } catch (const UsageError&) {
+      threw.set_value(true);
+    }
+  });
+  ASSERT_TRUE(threw.get_future().get()) << "a blocking call on the loop thread must be refused";
+  EXPECT_FALSE(mutex.owns_lock());
+  ASSERT_TRUE(mutex.try_lock_for(2s)) << format_result(mutex.last_result());
+  mutex.unlock();
+}
+
+// unlock() on the loop thread cannot wait for the masters; it must still release there. It
+// reported the lock gone (owns_lock() false) and left the key on every master for its ttl.
+TEST_F(MutexTest, UnlockInsideACallbackStillReleases) {
+  Mutex mutex(client_, "unlocked-in-callback");
+  mutex.lock();
+  std::promise<void> unlocked;
+  client_.acquire_async("elsewhere", [&](Result r) {
+    if (r) client_.release_async(*r.lock, [](Result) {});
+    mutex.unlock();
+    unlocked.set_value();
+  });
+  unlocked.get_future().get();
+  EXPECT_FALSE(mutex.owns_lock());
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:unlocked-in-callback") == 0; }, 2s))
+      << "the key stayed on the masters";
+  EXPECT_NE(mutex.last_result().message.find("loop thread"), std::string::npos) << mutex.last_result().message;
+}
+
+// The same for LockGuard: released at scope exit inside a callback.
+TEST_F(MutexTest, LockGuardEndedInsideACallbackStillReleases) {
+  std::optional<LockGuard> guard;
+  guard.emplace(client_, "guarded-in-callback");
+  ASSERT_TRUE(guard->owns_lock()) << format_result(guard->result());
+  std::promise<void> ended;
+  client_.acquire_async("elsewhere", [&](Result r) {
+    if (r) client_.release_async(*r.lock, [](Result) {});
+    guard.reset();
+    ended.set_value();
+  });
+  ended.get_future().get();
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:guarded-in-callback") == 0; }, 2s))
+      << "the key stayed on the masters";
 }
 
 TEST_F(MutexTest, DestructorReleasesAHeldLock) {

@@ -82,6 +82,9 @@ class Client {
   Lease keep(Lock lock, LeaseOptions options = {});
 
   // --- blocking API: callable from any thread except the loop thread (UsageError there).
+  // With a caller's loop (ClientOptions::loop), the loop thread is known once that loop has
+  // run one of this Client's callbacks: a blocking call made before, on the thread that is
+  // to run the loop, waits forever.
   // Acquire: retries per options (retry_count, retry_delay +- jitter, wait).
   Result acquire(std::string_view resource, AcquireOptions options = {});
   // Extend: one round. A lock whose deadline has passed is never extended

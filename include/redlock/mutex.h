@@ -43,7 +43,9 @@ class Mutex {
   // Blocks until acquired, retrying for as long as it takes. Throws LockError only if it
   // can never succeed (the Client is shutting down, or the request is invalid).
   void lock();
-  // One attempt, no retries. Blocks for at most about one command deadline.
+  // One attempt, no retries. Blocks for about one command deadline at most (two with fencing,
+  // plus up to yield_to_waiters when set). Like every blocking call, it throws UsageError on
+  // the Client's loop thread; the Mutex stays usable.
   bool try_lock();
   // Retries until acquired or the time is up. A timeout too long to represent in
   // milliseconds (hours::max(), 1000 years) means "no time limit", never "already over".
@@ -56,7 +58,8 @@ class Mutex {
     using Ms = std::chrono::duration<long double, std::milli>;  // no common type to overflow in
     return try_lock_within(saturating_ms(Ms(deadline.time_since_epoch()) - Ms(ClockT::now().time_since_epoch())));
   }
-  // Releases on every master. Never throws; see last_result().
+  // Releases on every master. Never throws; see last_result(). On the Client's loop thread
+  // (inside a callback) the release is begun in the background: last_result() then says so.
   void unlock() noexcept;
 
   // Extends the held lease by `ttl` (default: the acquire's ttl). False if not held or the
@@ -81,6 +84,7 @@ class Mutex {
  private:
   bool try_lock_within(Milliseconds timeout);
   bool attempt(AcquireOptions options);
+  bool attempt_behind_gate(AcquireOptions options);
 
   Client& client_;
   const std::string resource_;
