@@ -754,7 +754,9 @@ TEST(WaitTest, AMasterFloodingAnnouncementsCostsBoundedMemory) {
   // ASan keeps freed memory in its quarantine (256 MB by default): RSS then tracks what was
   // allocated and freed, not what is held. The figure is printed; the bound is checked in the
   // other builds.
-  if (!kUnderAsan) EXPECT_LT(peak - rss_before, 32 * 1024);
+  if (!kUnderAsan) {
+    EXPECT_LT(peak - rss_before, 32 * 1024);
+  }
   EXPECT_TRUE(waiter.release(*granted.lock));
 }
 
