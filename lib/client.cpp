@@ -59,6 +59,8 @@ bool Client::wait_connected(std::size_t count, Milliseconds timeout) {
   return impl_->wait_connected(count, timeout);
 }
 
+bool Client::on_loop_thread() const noexcept { return impl_->loop().in_loop_thread(); }
+
 std::size_t Client::size() const noexcept { return impl_->size(); }
 std::size_t Client::quorum() const noexcept { return impl_->quorum(); }
 const ClientOptions& Client::options() const noexcept { return impl_->options(); }

@@ -29,20 +29,35 @@ Result no_throw(F&& operation) noexcept {
 }
 
 // A release that does not wait on the loop thread, where blocking calls are refused (a
-// Mutex unlocked, a LockGuard ended, inside a callback): there it is begun asynchronously,
-// and its Result is not known here.
-Result release_from_any_thread(Client& client, const Lock& lock) noexcept {
+// Mutex unlocked, a LockGuard ended, inside a callback): there `background` begins it, and
+// its Result is not known here.
+template <class Blocking, class Background>
+Result release_from_any_thread(Blocking blocking, Background background) noexcept {
   return no_throw([&] {
     try {
-      return client.release(lock);
+      return blocking();
     } catch (const UsageError&) {
-      client.release_async(lock, [](const Result&) {});
+      background();
       Result result;
       result.outcome = Outcome::cancelled;
-      result.message = "released in the background: a release on the Client's loop thread cannot wait for its answer";
+      result.message = "release begun in the background: on the Client's loop thread its answer cannot be waited for";
       return result;
     }
   });
+}
+
+Result release_from_any_thread(Client& client, const Lock& lock) noexcept {
+  return release_from_any_thread([&] { return client.release(lock); },
+                                 [&] { client.release_async(lock, [](const Result&) {}); });
+}
+
+// Waiting at the Mutex's gate on the loop thread would stop the loop that the holder's
+// unlock() needs: refused at once, like any blocking call there.
+void refuse_on_loop_thread(const Client& client, const char* call) {
+  if (client.on_loop_thread()) {
+    throw UsageError(std::string("redlock::Mutex::") + call +
+                     " on the Client's loop thread (inside a callback): it blocks; use acquire_async");
+  }
 }
 
 }  // namespace
@@ -113,6 +128,7 @@ void Mutex::gate_unlock() {
 }
 
 void Mutex::lock() {
+  refuse_on_loop_thread(client_, "lock");
   gate_lock_until(std::nullopt);
   AcquireOptions options = options_;
   options.retry_count = -1;  // until acquired: std::mutex::lock() semantics
@@ -124,6 +140,7 @@ void Mutex::lock() {
 }
 
 bool Mutex::try_lock() {
+  refuse_on_loop_thread(client_, "try_lock");
   if (!gate_lock_until(std::chrono::steady_clock::now())) return false;
   AcquireOptions options = options_;
   options.retry_count = 0;
@@ -132,6 +149,7 @@ bool Mutex::try_lock() {
 }
 
 bool Mutex::try_lock_within(Milliseconds timeout) {
+  refuse_on_loop_thread(client_, "try_lock_for");
   // A timeout beyond what steady_clock can add without overflow waits without a deadline.
   std::optional<std::chrono::steady_clock::time_point> deadline = detail::steady_deadline_after(timeout);
   if (*deadline == std::chrono::steady_clock::time_point::max()) deadline.reset();
@@ -160,10 +178,10 @@ void Mutex::unlock() noexcept {
       return;
     }
   }
-  // A renewed lock: the lease stops renewing, then releases its (latest) lock. (On the loop
-  // thread its release() is refused, and ~Lease below begins the release instead.)
+  // A renewed lock: the lease stops renewing, then releases its (latest) lock.
   Result result = lease.lock().token.empty() ? release_from_any_thread(client_, *lock)
-                                             : no_throw([&] { return lease.release(); });
+                                             : release_from_any_thread([&] { return lease.release(); },
+                                                                       [&] { lease.release_async([](const Result&) {}); });
   {
     const std::lock_guard guard(state_mutex_);
     last_result_ = std::move(result);

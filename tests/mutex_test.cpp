@@ -115,9 +115,9 @@ TEST_F(MutexTest, UnlockWhenNotHeldNeitherThrowsNorTouchesRedis) {
   static_assert(noexcept(mutex.unlock()));
 }
 
-// Inside a callback (the loop thread) a blocking acquire is refused with UsageError. A
-// try_lock that threw it must leave the Mutex usable: its local gate was left closed, and
-// every later lock() waited forever (an outside review).
+// Inside a callback (the loop thread) try_lock is refused with UsageError, and the Mutex stays
+// usable: a try_lock that threw there left its local gate closed, and every later lock()
+// waited forever (an outside review).
 TEST_F(MutexTest, ATryLockThatThrowsLeavesTheMutexUsable) {
   Mutex mutex(client_, "thrown");
   std::promise<bool> threw;
@@ -152,6 +152,51 @@ TEST_F(MutexTest, UnlockInsideACallbackStillReleases) {
   EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:unlocked-in-callback") == 0; }, 2s))
       << "the key stayed on the masters";
   EXPECT_NE(mutex.last_result().message.find("loop thread"), std::string::npos) << mutex.last_result().message;
+}
+
+// The same with renewal: the lease releases its latest lock.
+TEST_F(MutexTest, UnlockOfARenewedMutexInsideACallbackStillReleases) {
+  Mutex mutex(client_, "renewed-unlocked-in-callback", {}, LeaseOptions{});
+  mutex.lock();
+  std::promise<void> unlocked;
+  client_.acquire_async("elsewhere", [&](Result r) {
+    if (r) client_.release_async(*r.lock, [](Result) {});
+    mutex.unlock();
+    unlocked.set_value();
+  });
+  unlocked.get_future().get();
+  EXPECT_FALSE(mutex.owns_lock());
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:renewed-unlocked-in-callback") == 0; }, 2s))
+      << "the key stayed on the masters";
+  EXPECT_NE(mutex.last_result().message.find("in the background"), std::string::npos) << mutex.last_result().message;
+}
+
+// Waiting at the Mutex's local gate inside a callback stops the loop the holder's unlock()
+// needs: lock() there hung the Client for good, try_lock_for blocked the loop for its whole
+// timeout (an outside review). Refused at once instead, like any blocking call there.
+TEST_F(MutexTest, WaitingForTheMutexInsideACallbackIsRefused) {
+  Mutex mutex(client_, "gated");
+  mutex.lock();  // another thread of this process holds it
+  std::promise<std::string> answered;
+  client_.acquire_async("elsewhere", [&](Result r) {
+    if (r) client_.release_async(*r.lock, [](Result) {});
+    std::string what = client_.on_loop_thread() ? "" : "not on the loop thread; ";
+    try {
+      what += mutex.try_lock_for(300ms) ? "granted" : "not granted";
+    } catch (const UsageError&) {
+      what += "refused";
+      try {
+        mutex.lock();  // reached only if try_lock_for is refused: it would hang before the fix
+        what += "; lock() returned";
+      } catch (const UsageError&) {
+      }
+    }
+    answered.set_value(what);
+  });
+  EXPECT_EQ(answered.get_future().get(), "refused");
+  EXPECT_FALSE(client_.on_loop_thread());
+  mutex.unlock();
+  EXPECT_EQ(mutex.last_result().outcome, Outcome::released) << format_result(mutex.last_result());
 }
 
 // The same for LockGuard: released at scope exit inside a callback.

@@ -122,6 +122,10 @@ class Client {
   // see docs/fencing.md.) Returns whether they are. Useful before a first, latency-sensitive acquire.
   bool wait_connected(std::size_t count, Milliseconds timeout);
 
+  // Whether the calling thread is this Client's loop thread (inside one of its callbacks, or
+  // another callback of a caller's loop that has run one): blocking calls are refused there.
+  [[nodiscard]] bool on_loop_thread() const noexcept;
+
   [[nodiscard]] std::size_t size() const noexcept;    // N
   [[nodiscard]] std::size_t quorum() const noexcept;  // N/2 + 1
   [[nodiscard]] const ClientOptions& options() const noexcept;

@@ -40,12 +40,15 @@ class Mutex {
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
+  // lock, try_lock and try_lock_for/until block: on the Client's loop thread (inside a
+  // callback) they throw UsageError at once, before waiting for another thread of this
+  // process that holds the Mutex (which would stop the loop its unlock() needs).
+  //
   // Blocks until acquired, retrying for as long as it takes. Throws LockError only if it
   // can never succeed (the Client is shutting down, or the request is invalid).
   void lock();
   // One attempt, no retries. Blocks for about one command deadline at most (two with fencing,
-  // plus up to yield_to_waiters when set). Like every blocking call, it throws UsageError on
-  // the Client's loop thread; the Mutex stays usable.
+  // plus up to yield_to_waiters when set).
   bool try_lock();
   // Retries until acquired or the time is up. A timeout too long to represent in
   // milliseconds (hours::max(), 1000 years) means "no time limit", never "already over".
