@@ -16,6 +16,7 @@ struct Grant {
   std::string token;
   std::uint64_t fence = 0;
   std::int64_t started_ns = 0;  // when its acquire began (0: unknown)
+  bool binds_later = true;       // false: held by fewer than --min-holders masters
   std::int64_t granted_ns = 0;
   std::int64_t deadline_ns = kNever;
   std::int64_t release_ns = kNever;
@@ -239,8 +240,9 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
         last_acquire_ns[e.resource] = e.t_ns;
         break;
       case EventType::acquire_ok: {
-        ++report.grants;
         Grant g;
+        g.binds_later = e.detail.rfind(kBelowMinHoldersPrefix, 0) != 0;
+        ++(g.binds_later ? report.grants : report.grants_below_min_holders);
         g.process = e.process;
         g.resource = e.resource;
         g.token = e.token;
@@ -387,6 +389,7 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
   overlapping_pairs(
       grants, [](const Grant& g) { return g.granted_ns; }, [](const Grant& g) { return g.end(); },
       options.tolerance_ns, [&](const Grant& a, const Grant& b, std::int64_t from, std::int64_t to) {
+        if (!a.binds_later) return;  // the earlier one was held by too few masters to promise anything
         Violation v = pair_violation(ViolationKind::mutual_exclusion, a, b, from, to);
         v.faults = active_faults(faults, a.granted_ns, to);
         v.description = "process " + std::to_string(b.process) + " was granted '" + b.resource + "' while process " +
@@ -484,6 +487,7 @@ nlohmann::json CheckReport::to_json() const {
   j["writes_accepted"] = writes_accepted;
   j["writes_rejected"] = writes_rejected;
   j["store_errors"] = store_errors;
+  j["grants_below_min_holders"] = grants_below_min_holders;
   j["late_writes_accepted"] = late_writes_accepted;
   j["late_writes_rejected"] = late_writes_rejected;
   j["live_oracle_conflicts"] = live_oracle_conflicts;
@@ -534,6 +538,7 @@ std::string CheckReport::table(std::size_t lines) const {
   row("client processes", processes);
   row("acquires invoked", acquires);
   row("grants", grants);
+  if (grants_below_min_holders != 0) row("grants below --min-holders (released unused)", grants_below_min_holders);
   row("failed acquires", failures);
   row("releases", releases);
   row("writes accepted", writes_accepted);

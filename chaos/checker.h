@@ -5,7 +5,8 @@
 //  - mutual_exclusion: two grants of one resource whose windows [granted, min(release,
 //    deadline)] overlap by more than the tolerance (1 ms). A grant is "granted" when the
 //    acquire returned it, ends when its holder invoked release or when its validity deadline
-//    passed, whichever is first.
+//    passed, whichever is first. A grant held by fewer masters than --min-holders asked
+//    (released unused) binds no later grant, but may not overlap an earlier one.
 //  - oracle: two processes inside the harness-owned resource at once ([enter, leave]
 //    intervals overlap by more than the tolerance). This is what the holders actually did,
 //    whatever the lock thought: a holder paused past its deadline shows up here.
@@ -72,6 +73,9 @@ struct CheckReport {
   // What happened.
   std::size_t acquires = 0;  // acquire_invoke events
   std::size_t grants = 0;
+  // Grants held by fewer masters than --min-holders asked, released unused (not in `grants`):
+  // judged only as the later party of a mutual-exclusion pair.
+  std::size_t grants_below_min_holders = 0;
   std::size_t failures = 0;
   std::size_t releases = 0;
   std::size_t writes_accepted = 0;

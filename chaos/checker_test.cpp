@@ -203,6 +203,25 @@ TEST(Checker, AGrantBegunAfterAHigherTokenWasHandedOutIsAFencingViolation) {
   EXPECT_EQ(check_history(h).fencing_violations, 0u);
 }
 
+// --min-holders: a grant held by too few masters binds no later grant, but may not overlap an
+// earlier one.
+TEST(Checker, AGrantBelowMinHoldersIsJudgedOnlyAsTheLaterParty) {
+  std::vector<Event> h;
+  hold(h, 0, "weak", 10, 1000, 30);
+  h[1].detail = std::string(kBelowMinHoldersPrefix) + "held by 3 of 5 masters; released unused";
+  hold(h, 1, "strong", 20, 1000, 40);  // overlaps the weak one, which promised nothing
+  CheckReport r = check_history(h);
+  EXPECT_EQ(r.mutual_exclusion_violations, 0u) << r.table();
+  EXPECT_EQ(r.grants, 1u);
+  EXPECT_EQ(r.grants_below_min_holders, 1u);
+  h.clear();
+  hold(h, 0, "strong", 10, 1000, 30);
+  hold(h, 1, "weak", 20, 1000, 40);  // overlaps a grant held on enough masters
+  h[h.size() - 4].detail = std::string(kBelowMinHoldersPrefix) + "held by 3 of 5 masters; released unused";
+  r = check_history(h);
+  EXPECT_EQ(r.mutual_exclusion_violations, 1u) << r.table();
+}
+
 // Two acquires in flight together may be granted in either token order: only one begun after
 // the other's grant is bound by it.
 TEST(Checker, GrantsWhoseAcquiresOverlapAreNotOrderedByToken) {

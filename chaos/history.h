@@ -20,10 +20,14 @@ namespace redlock::chaos {
 
 // The detail of a write_rejected that the store never judged (an error, not a refusal).
 inline constexpr std::string_view kStoreErrorPrefix = "store error: ";
+// The detail of an acquire_ok held by fewer masters than --min-holders asks (released unused):
+// no later grant is bound by it, but it may not overlap an earlier grant.
+inline constexpr std::string_view kBelowMinHoldersPrefix = "below --min-holders: ";
 
 enum class EventType : std::uint8_t {
   acquire_invoke,   // an acquire call starts
-  acquire_ok,       // granted: token, fence, deadline_ns (validity end), started_ns
+  acquire_ok,       // granted: token, fence, deadline_ns (validity end), started_ns (detail:
+                    // kBelowMinHoldersPrefix... when held by too few masters to be used)
   acquire_fail,     // not granted: detail says why
   enter,            // the holder entered the harness-owned resource (the oracle)
   leave,            // ... and left it

@@ -318,10 +318,17 @@ void library_worker(const WorkerContext& w) {
     if (w.config.min_holders > 0) {
       // Read back after the grant: what a fault can take away later only lowers it, and a
       // SET still in flight only raises it, so a grant used here had this many holders.
+      // Recorded all the same: such a grant promises nothing to later ones, but it must not
+      // overlap an earlier grant held on enough masters (the checker holds it to that side).
       if (const std::size_t held_by = holders(lock); held_by < w.config.min_holders) {
-        client.release(lock);
-        me.failed(base, "granted, but held by " + std::to_string(held_by) + " of " + std::to_string(direct.size()) +
-                            " masters (< --min-holders " + std::to_string(w.config.min_holders) + "): released unused");
+        base.token = lock.token;
+        base.fence = lock.fence;
+        base.detail = std::string(kBelowMinHoldersPrefix) + "held by " + std::to_string(held_by) + " of " +
+                      std::to_string(direct.size()) + " masters; released unused";
+        me.granted(base, to_ns(lock.started), to_ns(lock.deadline));
+        const std::int64_t release_ns = monotonic_ns();
+        const Result released = client.release(lock);
+        me.released(base, release_ns, std::string(to_string(released.outcome)));
         continue;
       }
     }

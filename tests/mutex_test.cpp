@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -23,6 +24,28 @@ class MutexTest : public ::testing::Test {
   RedisServerGroup masters_;
   Client client_;
   Client other_;
+
+  // Runs `work` inside one of client_'s callbacks (on its loop thread), and waits for it.
+  void inside_a_callback(const std::function<void()>& work) {
+    std::promise<void> done;
+    client_.acquire_async("callback-carrier", [&](Result r) {
+      if (r) client_.release_async(*r.lock, [](Result) {});
+      work();
+      done.set_value();
+    });
+    done.get_future().get();
+  }
+
+  // unlock() inside a callback cannot wait for the masters: the release must still reach
+  // them, and last_result() say that it went on in the background.
+  void expect_unlock_inside_a_callback_releases(Mutex& mutex, const std::string& key) {
+    mutex.lock();
+    inside_a_callback([&] { mutex.unlock(); });
+    EXPECT_FALSE(mutex.owns_lock());
+    EXPECT_TRUE(eventually([&] { return with_key(masters_, key) == 0; }, 2s)) << "the key stayed on the masters";
+    EXPECT_NE(mutex.last_result().message.find("in the background"), std::string::npos)
+        << mutex.last_result().message;
+  }
 };
 
 TEST_F(MutexTest, WorksWithUniqueLock) {
@@ -120,17 +143,15 @@ TEST_F(MutexTest, UnlockWhenNotHeldNeitherThrowsNorTouchesRedis) {
 // waited forever (an outside review).
 TEST_F(MutexTest, ATryLockThatThrowsLeavesTheMutexUsable) {
   Mutex mutex(client_, "thrown");
-  std::promise<bool> threw;
-  client_.acquire_async("elsewhere", [&](Result r) {
-    if (r) client_.release_async(*r.lock, [](Result) {});
+  bool threw = false;
+  inside_a_callback([&] {
     try {
       (void)mutex.try_lock();
-      threw.set_value(false);
     } catch (const UsageError&) {
-      threw.set_value(true);
+      threw = true;
     }
   });
-  ASSERT_TRUE(threw.get_future().get()) << "a blocking call on the loop thread must be refused";
+  ASSERT_TRUE(threw) << "a blocking call on the loop thread must be refused";
   EXPECT_FALSE(mutex.owns_lock());
   ASSERT_TRUE(mutex.try_lock_for(2s)) << format_result(mutex.last_result());
   mutex.unlock();
@@ -140,35 +161,13 @@ TEST_F(MutexTest, ATryLockThatThrowsLeavesTheMutexUsable) {
 // reported the lock gone (owns_lock() false) and left the key on every master for its ttl.
 TEST_F(MutexTest, UnlockInsideACallbackStillReleases) {
   Mutex mutex(client_, "unlocked-in-callback");
-  mutex.lock();
-  std::promise<void> unlocked;
-  client_.acquire_async("elsewhere", [&](Result r) {
-    if (r) client_.release_async(*r.lock, [](Result) {});
-    mutex.unlock();
-    unlocked.set_value();
-  });
-  unlocked.get_future().get();
-  EXPECT_FALSE(mutex.owns_lock());
-  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:unlocked-in-callback") == 0; }, 2s))
-      << "the key stayed on the masters";
-  EXPECT_NE(mutex.last_result().message.find("loop thread"), std::string::npos) << mutex.last_result().message;
+  expect_unlock_inside_a_callback_releases(mutex, "redlock:unlocked-in-callback");
 }
 
 // The same with renewal: the lease releases its latest lock.
 TEST_F(MutexTest, UnlockOfARenewedMutexInsideACallbackStillReleases) {
   Mutex mutex(client_, "renewed-unlocked-in-callback", {}, LeaseOptions{});
-  mutex.lock();
-  std::promise<void> unlocked;
-  client_.acquire_async("elsewhere", [&](Result r) {
-    if (r) client_.release_async(*r.lock, [](Result) {});
-    mutex.unlock();
-    unlocked.set_value();
-  });
-  unlocked.get_future().get();
-  EXPECT_FALSE(mutex.owns_lock());
-  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:renewed-unlocked-in-callback") == 0; }, 2s))
-      << "the key stayed on the masters";
-  EXPECT_NE(mutex.last_result().message.find("in the background"), std::string::npos) << mutex.last_result().message;
+  expect_unlock_inside_a_callback_releases(mutex, "redlock:renewed-unlocked-in-callback");
 }
 
 // Waiting at the Mutex's local gate inside a callback stops the loop the holder's unlock()
@@ -177,10 +176,9 @@ TEST_F(MutexTest, UnlockOfARenewedMutexInsideACallbackStillReleases) {
 TEST_F(MutexTest, WaitingForTheMutexInsideACallbackIsRefused) {
   Mutex mutex(client_, "gated");
   mutex.lock();  // another thread of this process holds it
-  std::promise<std::string> answered;
-  client_.acquire_async("elsewhere", [&](Result r) {
-    if (r) client_.release_async(*r.lock, [](Result) {});
-    std::string what = client_.on_loop_thread() ? "" : "not on the loop thread; ";
+  std::string what;
+  inside_a_callback([&] {
+    what = client_.on_loop_thread() ? "" : "not on the loop thread; ";
     try {
       what += mutex.try_lock_for(300ms) ? "granted" : "not granted";
     } catch (const UsageError&) {
@@ -191,9 +189,8 @@ TEST_F(MutexTest, WaitingForTheMutexInsideACallbackIsRefused) {
       } catch (const UsageError&) {
       }
     }
-    answered.set_value(what);
   });
-  EXPECT_EQ(answered.get_future().get(), "refused");
+  EXPECT_EQ(what, "refused");
   EXPECT_FALSE(client_.on_loop_thread());
   mutex.unlock();
   EXPECT_EQ(mutex.last_result().outcome, Outcome::released) << format_result(mutex.last_result());
@@ -204,13 +201,7 @@ TEST_F(MutexTest, LockGuardEndedInsideACallbackStillReleases) {
   std::optional<LockGuard> guard;
   guard.emplace(client_, "guarded-in-callback");
   ASSERT_TRUE(guard->owns_lock()) << format_result(guard->result());
-  std::promise<void> ended;
-  client_.acquire_async("elsewhere", [&](Result r) {
-    if (r) client_.release_async(*r.lock, [](Result) {});
-    guard.reset();
-    ended.set_value();
-  });
-  ended.get_future().get();
+  inside_a_callback([&] { guard.reset(); });
   EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:guarded-in-callback") == 0; }, 2s))
       << "the key stayed on the masters";
 }
