@@ -2,6 +2,7 @@
 #include "checker.h"
 
 #include <algorithm>
+#include <iterator>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -325,7 +326,10 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
     if (o.leave_ns == kNever) o.leave_ns = report.last_ns;
   }
 
-  report.longest_no_grant_ns = longest_no_grant(grants, last_acquire_ns);
+  // Grants below --min-holders were released unused: nobody held the resource through them.
+  std::vector<Grant> used;
+  std::copy_if(grants.begin(), grants.end(), std::back_inserter(used), [](const Grant& g) { return g.binds_later; });
+  report.longest_no_grant_ns = longest_no_grant(std::move(used), last_acquire_ns);
 
   auto add = [&](Violation v) {
     ++report.count(v.kind);

@@ -21,7 +21,7 @@ namespace redlock::chaos {
 // The detail of a write_rejected that the store never judged (an error, not a refusal).
 inline constexpr std::string_view kStoreErrorPrefix = "store error: ";
 // The detail of an acquire_ok held by fewer masters than --min-holders asks (released unused):
-// no later grant is bound by it, but it may not overlap an earlier grant.
+// no later grant is bound by it, but it may not overlap an earlier grant held on enough masters.
 inline constexpr std::string_view kBelowMinHoldersPrefix = "below --min-holders: ";
 
 enum class EventType : std::uint8_t {

@@ -132,11 +132,17 @@ struct WorkerProcess {
     history.write(e);
   }
 
-  void granted(Event& base, std::int64_t started_ns, std::int64_t deadline_ns) {
+  // `granted_ns`: when the acquire returned the grant (0: now); the grant's window starts
+  // there. `progress`: whether the run counts it (--grants, the scenarios' waits for one): not
+  // a grant below --min-holders.
+  void granted(Event& base, std::int64_t started_ns, std::int64_t deadline_ns, std::int64_t granted_ns = 0,
+               bool progress = true) {
     base.deadline_ns = deadline_ns;
     base.started_ns = started_ns;
-    record(base, EventType::acquire_ok);
-    w.shared.grants.fetch_add(1);
+    base.type = EventType::acquire_ok;
+    base.t_ns = granted_ns != 0 ? granted_ns : monotonic_ns();
+    history.write(base);
+    if (progress) w.shared.grants.fetch_add(1);
     base.started_ns = 0;
     base.detail.clear();
   }
@@ -310,6 +316,7 @@ void library_worker(const WorkerContext& w) {
     Event base = me.event(EventType::acquire_invoke);
     me.history.write(base);
     const Result result = client.acquire(kResource, acquire);
+    const std::int64_t returned_ns = monotonic_ns();  // the grant's window starts here
     if (!result) {
       me.failed(base, std::string(to_string(result.outcome)));
       continue;
@@ -325,7 +332,7 @@ void library_worker(const WorkerContext& w) {
         base.fence = lock.fence;
         base.detail = std::string(kBelowMinHoldersPrefix) + "held by " + std::to_string(held_by) + " of " +
                       std::to_string(direct.size()) + " masters; released unused";
-        me.granted(base, to_ns(lock.started), to_ns(lock.deadline));
+        me.granted(base, to_ns(lock.started), to_ns(lock.deadline), returned_ns, false);
         const std::int64_t release_ns = monotonic_ns();
         const Result released = client.release(lock);
         me.released(base, release_ns, std::string(to_string(released.outcome)));
@@ -334,7 +341,7 @@ void library_worker(const WorkerContext& w) {
     }
     base.token = lock.token;
     base.fence = lock.fence;
-    me.granted(base, to_ns(lock.started), to_ns(lock.deadline));
+    me.granted(base, to_ns(lock.started), to_ns(lock.deadline), returned_ns);
     if (leased) {
       // [hold, 2 hold] unless the parent asked for a long grant.
       Milliseconds hold = me.hold_time();

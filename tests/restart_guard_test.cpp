@@ -370,7 +370,8 @@ TEST(RestartGuardTest, AGrantLostDuringTheFencingRoundIsNotHandedOut) {
   std::promise<void> let_raises_go;
   std::shared_future<void> go = let_raises_go.get_future().share();
   const auto hold_raise = [&](std::string_view chunk) {
-    if (chunk.find(raise_sha) == std::string_view::npos) return;
+    // to_hold first: armed after warm_fence is stored, so the value read below is the warm-up's.
+    if (chunk.find(raise_sha) == std::string_view::npos || to_hold.load() <= 0) return;
     const std::string warm = std::to_string(warm_fence.load());  // the raise's one argument
     const std::string warm_raise = "redlock-fence-counter\r\n$" + std::to_string(warm.size()) + "\r\n" + warm + "\r\n";
     if (chunk.find(warm_raise) != std::string_view::npos) return;

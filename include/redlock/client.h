@@ -122,8 +122,10 @@ class Client {
   // see docs/fencing.md.) Returns whether they are. Useful before a first, latency-sensitive acquire.
   bool wait_connected(std::size_t count, Milliseconds timeout);
 
-  // Whether the calling thread is this Client's loop thread (inside one of its callbacks, or
-  // another callback of a caller's loop that has run one): blocking calls are refused there.
+  // Whether the calling thread is this Client's loop thread, where blocking calls are refused:
+  // its own loop's thread; with a caller's loop, the thread that last ran that loop's
+  // callbacks of this Client (none before the loop first ran one; the new one only once it
+  // has, should the loop move to another thread).
   [[nodiscard]] bool on_loop_thread() const noexcept;
 
   [[nodiscard]] std::size_t size() const noexcept;    // N

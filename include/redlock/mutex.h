@@ -41,7 +41,7 @@ class Mutex {
   Mutex& operator=(const Mutex&) = delete;
 
   // lock, try_lock and try_lock_for/until block: on the Client's loop thread (inside a
-  // callback) they throw UsageError at once, before waiting for another thread of this
+  // callback; Client::on_loop_thread) they throw UsageError at once, before waiting for another thread of this
   // process that holds the Mutex (which would stop the loop its unlock() needs).
   //
   // Blocks until acquired, retrying for as long as it takes. Throws LockError only if it
