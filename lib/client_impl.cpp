@@ -58,13 +58,11 @@ std::unique_ptr<TlsContext> make_tls_context(const ClientOptions& options, const
   return nullptr;
 }
 
-}  // namespace
-
-namespace {
 std::uint64_t next_client_id() noexcept {
   static std::atomic<std::uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
 }
+
 }  // namespace
 
 ClientImpl::ClientImpl(ClientOptions options)
