@@ -318,6 +318,10 @@ std::string in_cli_terms(std::string_view library_text) {
       {"but cert_file is not", "but --tls-cert is not"},
       {"but key_file is not", "but --tls-key is not"},
       {"ClientOptions.allow_mixed_tls", "--allow-mixed-tls"},
+      {"ClientOptions.max_lock_ttl (", "--max-lock-ttl ("},
+      {") is below ttl (", ") is below --ttl ("},
+      {"ClientOptions.key_prefix", "--prefix"},
+      {"with key_prefix '", "with --prefix '"},
   };
   std::string out(library_text);
   for (const auto& [from, to] : kTerms) {
@@ -588,6 +592,22 @@ void finish_parse(const CLI::App& app, Args& args) {
   }
 }
 
+// run's COMMAND must be exactly the words after the first `--`. Without it CLI11 reads
+// option-like words after the command as redlock's own (global options may follow the
+// subcommand): `run job ./work.sh --prefix /srv/` would lock another key and run the command
+// without its argument.
+std::optional<std::string> command_not_after_double_dash(int argc, char** argv, const Args& args) {
+  if (args.command != CommandKind::run || args.program.empty()) return std::nullopt;
+  int dash = 1;
+  while (dash < argc && std::string_view(argv[dash]) != "--") ++dash;
+  const bool after = dash < argc && static_cast<std::size_t>(argc - dash - 1) == args.program.size() &&
+                     std::equal(args.program.begin(), args.program.end(), argv + dash + 1);
+  if (after) return std::nullopt;
+  return "run: give the command after --, as in 'redlock run RESOURCE -- COMMAND [ARGS...]' (got '" +
+         printable(args.program.front()) +
+         "' without --: redlock's options among the command's words would be taken as redlock's own)";
+}
+
 }  // namespace
 
 ParsedCommandLine parse_command_line(int argc, char** argv, Args& args) {
@@ -598,6 +618,11 @@ ParsedCommandLine parse_command_line(int argc, char** argv, Args& args) {
   try {
     app.parse(argc, argv);
     finish_parse(app, args);
+    if (auto error = command_not_after_double_dash(argc, argv, args)) {
+      hide_command_line_secrets(argc, argv);
+      parsed.usage_error = std::move(error);
+      return parsed;
+    }
   } catch (const CLI::ParseError& error) {
     hide_command_line_secrets(argc, argv);
     if (error.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
@@ -609,6 +634,9 @@ ParsedCommandLine parse_command_line(int argc, char** argv, Args& args) {
   }
   // CLI11 has its own copies now; what ps shows (/proc/PID/cmdline) is this memory.
   hide_command_line_secrets(argc, argv);
+  if (args.command == CommandKind::release || args.command == CommandKind::extend) {
+    hide_token_on_command_line(argc, argv, args.token);
+  }
   return parsed;
 }
 

@@ -2,7 +2,9 @@
 #include "commands.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <thread>
@@ -214,6 +216,24 @@ int dispatch(Settings settings) {
   return kExitSoftware;
 }
 
+namespace {
+
+// An acquire's product is its token: a lock whose token could not be written (a full disk, a
+// closed pipe) could be neither released nor used, so it is released now and the tool fails.
+int token_not_written(redlock::Client& client, const redlock::Lock& lock, const Settings& settings) {
+  const int error = errno;
+  const redlock::Result released = client.release(lock);
+  std::string text = "could not write the token of " + quoted(settings) + " to stdout (" + std::strerror(error) + "): ";
+  text += released.ok() ? "released the lock"
+                        : "the release failed too (" + std::string(redlock::to_string(released.outcome)) +
+                              "); the lock stays held until its ttl ends, " + std::to_string(lock.ttl.count()) +
+                              " ms after the acquire";
+  print_error(text);
+  return kExitIoError;
+}
+
+}  // namespace
+
 int acquire_command(const Settings& settings, const Output& out) {
   redlock::Client client(settings.client);
   warm_up(client, settings.acquire.fencing);
@@ -231,7 +251,7 @@ int acquire_command(const Settings& settings, const Output& out) {
     auto object = result_json(result, "acquire", settings.resource, settings.key);
     object["notes"] = notes;
     object["exit_code"] = code;
-    Output::emit(stdout, object);
+    if (!Output::emit(stdout, object) && result.ok()) return token_not_written(client, *result.lock, settings);
     return code;
   }
   if (result.ok()) {
@@ -241,8 +261,10 @@ int acquire_command(const Settings& settings, const Output& out) {
       line += ' ';
       line += std::to_string(result.lock->fence);
     }
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
+    const bool written = std::printf("%s\n", line.c_str()) >= 0;
+    if (std::fflush(stdout) != 0 || !written || std::ferror(stdout) != 0) {
+      return token_not_written(client, *result.lock, settings);
+    }
   } else {
     out.failure("could not acquire " + quoted(settings), result);
   }

@@ -14,6 +14,7 @@ inline constexpr int kExitUnavailable = EX_UNAVAILABLE;  // 69: quorum unreachab
 inline constexpr int kExitSoftware = EX_SOFTWARE;      // 70: internal error
 inline constexpr int kExitOsError = EX_OSERR;          // 71: fork/signal setup failed
 inline constexpr int kExitTaken = EX_CANTCREAT;        // 73: the lock is held by another owner
+inline constexpr int kExitIoError = EX_IOERR;          // 74: acquire could not write its token (released)
 inline constexpr int kExitLost = EX_TEMPFAIL;          // 75: the lock was lost / expired
 inline constexpr int kExitNoPermission = EX_NOPERM;    // 77: masters refuse the password or the ACL user
 inline constexpr int kExitCannotExecute = 126;         // run: the command is not executable

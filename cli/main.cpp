@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // redlock — command-line front end of the Redlock library. See cli/README.md.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <exception>
 #include <string>
 #include <string_view>
@@ -45,10 +49,23 @@ int report_error(bool json, std::string_view command, std::string_view outcome, 
   return code;
 }
 
+// A closed stdin, stdout or stderr (`<&-`) is opened on /dev/null: otherwise the next file
+// descriptor opened (libuv's, a socket's) would get its number, and libuv aborts when it
+// closes a descriptor it owns that is 0, 1 or 2 (exit 134 after the token was printed, with
+// the lock held); output meant for a closed stream would go into a socket.
+void open_closed_standard_streams() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int opened = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (opened >= 0 && opened != fd) ::close(opened);  // not the lowest free number: leave it
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  // First of all: CLI11's messages quote command-line words, and a -m URI may carry a password.
+  open_closed_standard_streams();
+  // CLI11's messages quote command-line words, and a -m URI may carry a password.
   remember_command_line(argc, argv);
   // What a usage error needs before the command line has parsed: --json, and which subcommand.
   const CommandLineShape shape = peek_command_line(argc, argv);

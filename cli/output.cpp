@@ -13,11 +13,12 @@ double to_ms(std::chrono::microseconds value) { return static_cast<double>(value
 
 // Every line the tool prints goes through here: command-line words that may carry a password
 // (a -m URI quoted in a usage error, say) are masked on the way out.
-void write_line(std::FILE* stream, std::string_view raw) {
+// False if the line could not be written (a full disk, a closed pipe).
+bool write_line(std::FILE* stream, std::string_view raw) {
   const std::string text = mask_secrets(raw);
-  std::fwrite(text.data(), 1, text.size(), stream);
-  std::fputc('\n', stream);
-  std::fflush(stream);
+  const bool written = std::fwrite(text.data(), 1, text.size(), stream) == text.size() &&
+                       std::fputc('\n', stream) != EOF;
+  return std::fflush(stream) == 0 && written && std::ferror(stream) == 0;
 }
 
 }  // namespace
@@ -112,9 +113,9 @@ void Output::failure(std::string_view headline, const redlock::Result& result) c
   write_line(stderr, text);
 }
 
-void Output::emit(std::FILE* stream, const Json& object) {
+bool Output::emit(std::FILE* stream, const Json& object) {
   // Replace, never throw, on bytes that are not UTF-8 (resource names are binary-safe).
-  write_line(stream, object.dump(-1, ' ', false, Json::error_handler_t::replace));
+  return write_line(stream, object.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
 void print_error(std::string_view text) { write_line(stderr, "redlock: " + std::string(text)); }

@@ -51,8 +51,8 @@ class Output {
   void note(std::string_view text) const;
   // "redlock: <headline>" and the Result's per-master table on stderr, unless --quiet.
   void failure(std::string_view headline, const redlock::Result& result) const;
-  // One JSON object on one line.
-  static void emit(std::FILE* stream, const Json& object);
+  // One JSON object on one line; false if it could not be written (a full disk, a closed pipe).
+  static bool emit(std::FILE* stream, const Json& object);
 
  private:
   bool json_;

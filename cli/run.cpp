@@ -700,15 +700,17 @@ void RunSession::check_lease() {
 }
 
 void RunSession::keep_time() {
-  if (group_gone_) return;
   const auto now = client_->now();
   if (!lost_ && now >= sigterm_due()) {
     // The lease signals LossReason::deadline at this very moment; this thread may just have
     // woken up first (a renewal may still be in flight, but its answer could come too late
-    // to stop the group in time): the loss is decided now.
+    // to stop the group in time): the loss is decided now. Also when the group's end was
+    // just noticed: redlock may have been stopped, and the command may have run past this
+    // point meanwhile (CliTest.ACommandThatOutlivedTheLockWhileRedlockWasStoppedExits75).
     lose(settings_.no_extend ? "the lease is about to run out (--no-extend)"
                              : loss_text(redlock::LossReason::deadline));
   }
+  if (group_gone_) return;
   if (lost_ && !sigkill_at_ && now >= kill_at_) {
     signal_group(SIGKILL);
     sigkill_at_ = now;
@@ -804,7 +806,11 @@ void RunSession::stop_self() {
   ::kill(::getpid(), SIGSTOP);
   resume_after_stop_ = true;
   if (watchdog >= 0) {
-    ::close(watchdog);  // it ends at once
+    // "Continued": it ends at once. (An end of the pipe without it means redlock is gone.)
+    const char continued = 'c';
+    while (::write(watchdog, &continued, 1) < 0 && errno == EINTR) {
+    }
+    ::close(watchdog);
     finish_watchdog();
   }
 }
@@ -845,8 +851,11 @@ void RunSession::note_watchdog_exit(int status) {
 // operator's kill -STOP or -TSTP; a CPU throttler) may continue it, not our shell, and it would
 // run on past the lock's deadline. A watchdog process forked just before the stop (SIGSTOP
 // stops this process alone, not its children) SIGKILLs the group at the SIGKILL point of the
-// deadline as of now, unless its pipe ends first: we were continued, or are gone
-// (CliTest.ACommandContinuedBehindAStoppedRedlockIsKilledBeforeTheDeadline).
+// deadline as of now, unless we say first that we were continued
+// (CliTest.ACommandContinuedBehindAStoppedRedlockIsKilledBeforeTheDeadline). If the pipe ends
+// without that, redlock is gone (SIGKILL while stopped): nothing will renew, release or stop
+// the group, which anyone (the kernel, for an orphaned stopped group) may continue, so it
+// kills the group at once (CliTest.ARedlockKilledWhileItsJobIsStoppedTakesTheCommandWithIt).
 // Returns the pipe's write end, or -1 if no watchdog could start (the stop is then unguarded).
 int RunSession::start_watchdog() {
   if (group_gone_) return -1;
@@ -874,7 +883,13 @@ int RunSession::start_watchdog() {
       pollfd end{fds[0], POLLIN, 0};
       const long long wait_ms = std::min<long long>(left_ns / 1'000'000, 1'000'000);  // rounded down
       const int ready = ::poll(&end, 1, static_cast<int>(wait_ms));
-      if (ready > 0 || (ready < 0 && errno != EINTR)) ::_exit(0);
+      if (ready < 0 && errno != EINTR) ::_exit(0);
+      if (ready <= 0) continue;
+      char said = 0;
+      const ssize_t got = ::read(fds[0], &said, 1);
+      if (got < 0 && errno == EINTR) continue;
+      if (got == 1) ::_exit(0);  // continued
+      break;                     // redlock is gone
     }
     ::kill(-group, SIGKILL);
     ::_exit(kWatchdogKilled);

@@ -188,6 +188,14 @@ void hide_command_line_secrets(int argc, char** argv) {
   }
 }
 
+void hide_token_on_command_line(int argc, char** argv, std::string_view token) {
+  constexpr std::size_t kShown = 8;  // as `status` shows a holder's token
+  if (token.size() <= kShown) return;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == token) std::memset(argv[i] + kShown, '*', token.size() - kShown);
+  }
+}
+
 MastersFile read_masters_file(const std::string& path, std::string_view origin) {
   const std::string named = "the masters file '" + printable(path) + "' (" + std::string(origin) + ")";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);

@@ -42,6 +42,10 @@ void remember_command_line(int argc, char** argv);
 // password belongs in a masters file or REDLOCK_MASTERS, not on the command line.
 void hide_command_line_secrets(int argc, char** argv);
 
+// The same for the owner token that release and extend take as an argument (a capability:
+// whoever has it can release the lock): its first 8 hex digits stay, the rest become '*'.
+void hide_token_on_command_line(int argc, char** argv, std::string_view token);
+
 // A setting line of a masters file, "NAME=VALUE" (e.g. tls-ca-file=/etc/redlock/ca.pem):
 // the TLS settings, named as their flags without the dashes (args.h, resolve_tls). Not
 // secrets (paths, a name, a version); a relative path is made relative to the file's directory.

@@ -85,11 +85,22 @@ struct Finished {
 };
 
 
-// One child process: stdin from /dev/null, stdout and stderr to files, in its own process
-// group. The destructor kills the whole group and reaps the child.
+// How a child's standard streams start. By default stdin is /dev/null and stdout and stderr
+// go to files that wait() reads; a test may start it with some of them closed (as `<&-`
+// does), or with stdout on another file (/dev/full).
+struct Streams {
+  bool close_stdin = false;
+  bool close_stdout = false;
+  bool close_stderr = false;
+  std::string stdout_path;  // instead of the file wait() reads, if set
+};
+
+// One child process, its streams as `streams` says, in its own process group. The destructor
+// kills the whole group and reaps the child.
 class Process {
  public:
-  explicit Process(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {}) {
+  explicit Process(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {},
+                   const Streams& streams = {}) {
     char pattern[] = "/tmp/redlock_cli_test.XXXXXX";
     if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");
     dir_ = pattern;
@@ -102,7 +113,8 @@ class Process {
     std::vector<char*> argv = pointers(argv_strings);
 
     const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    const int out = ::open((dir_ / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const fs::path out_path = streams.stdout_path.empty() ? dir_ / "stdout" : fs::path(streams.stdout_path);
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     const int err = ::open((dir_ / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (in < 0 || out < 0 || err < 0) throw std::runtime_error("open failed");
 
@@ -113,6 +125,9 @@ class Process {
       ::dup2(in, 0);
       ::dup2(out, 1);
       ::dup2(err, 2);
+      if (streams.close_stdin) ::close(0);
+      if (streams.close_stdout) ::close(1);
+      if (streams.close_stderr) ::close(2);
       ::execve(argv[0], argv.data(), envp.data());
       ::_exit(127);
     }
