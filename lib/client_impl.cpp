@@ -179,9 +179,17 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
     refused.outcome = Outcome::cancelled;
     refused.message = "the client is shutting down";
   } else if (kind == RoundKind::acquire) {
-    if (auto why = check_resource(op->acquire().resource)) refused.message = std::move(*why);
+    if (auto why = check_resource(op->acquire().resource)) {
+      refused.message = std::move(*why);
+    } else if (auto fence = check_not_fence_key(options_, op->acquire().resource)) {
+      refused.message = std::move(*fence);
+    }
   } else if (op->key.empty() || op->token().empty()) {
     refused.message = "the Lock has no key or token (was it default-constructed?)";
+  } else if (auto why = check_lock_key(op->key)) {
+    refused.message = std::move(*why);  // a Lock's fields are public: one built by hand
+  } else if (auto bad_token = check_token(op->token())) {
+    refused.message = "the Lock's " + std::move(*bad_token);
   }
   if (refused.message.empty() && kind != RoundKind::release) {
     if (auto why = check_ttl(options_, op->ttl)) {

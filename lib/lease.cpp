@@ -143,13 +143,20 @@ void LeaseCore::start() {
   ClientImpl* const client = this->client();
   if (client == nullptr || !active()) return;
   Lock lock = this->lock();
-  // The restart guard tells us at once (on the loop thread) when it marks the lock lost.
+  // The restart guard tells us at once (on the loop thread) when it marks the lock lost: one
+  // hook per lock, over the leases alive on it. (A hook per keep(), each wrapping the one
+  // before, grew without bound with keeps of one Lock, and running or destroying the chain
+  // recursed once per keep: AttackLeaseTest.KeepingOneLockManyTimesDoesNotChainHooks.)
   if (const auto& state = LockAccess::state(lock)) {
-    std::weak_ptr<LeaseCore> weak = weak_from_this();
-    state->on_lost = [previous = std::move(state->on_lost), weak] {
-      if (previous) previous();
-      if (auto self = weak.lock()) self->post([self] { self->signal_loss(LossReason::restarted); });
-    };
+    std::erase_if(state->leases, [](const std::weak_ptr<LeaseCore>& lease) { return lease.expired(); });
+    state->leases.push_back(weak_from_this());
+    if (!state->on_lost) {
+      state->on_lost = [owner = state.get()] {  // the hook lives in the state it reads
+        for (const auto& weak : owner->leases) {
+          if (auto lease = weak.lock()) lease->post([lease] { lease->signal_loss(LossReason::restarted); });
+        }
+      };
+    }
   }
   if (lock.lost()) {
     signal_loss(LossReason::restarted);

@@ -64,7 +64,9 @@ void refuse_on_loop_thread(const Client& client, const char* call) {
 
 Mutex::Mutex(Client& client, std::string resource, AcquireOptions options, std::optional<LeaseOptions> renew)
     : client_(client), resource_(std::move(resource)), options_(options), renew_(std::move(renew)) {
-  if (auto why = detail::check_resource(resource_)) throw ConfigError("redlock::Mutex: " + *why);
+  auto why = detail::check_resource(resource_);
+  if (!why) why = detail::check_not_fence_key(client_.options(), resource_);
+  if (why) throw ConfigError("redlock::Mutex: " + *why);
   // The same checks Client::keep makes at each lock(), made once here so lock() cannot throw them.
   if (renew_) (void)detail::lease_settings(client_.options(), options_.ttl.value_or(client_.options().ttl), *renew_);
 }

@@ -93,6 +93,25 @@ std::optional<std::string> check_resource(std::string_view resource) {
   return std::nullopt;
 }
 
+std::optional<std::string> check_lock_key(std::string_view key) {
+  constexpr std::size_t kMaxKeySize = kMaxKeyPrefixSize + kMaxResourceSize;
+  if (key.size() <= kMaxKeySize) return std::nullopt;
+  return "the Lock's key '" + excerpt(key) + "' is " + std::to_string(key.size()) +
+         " bytes, more than any key this library makes (" + std::to_string(kMaxKeySize) +
+         ": key_prefix and resource at their maximum)";
+}
+
+std::optional<std::string> check_not_fence_key(const ClientOptions& options, std::string_view resource) {
+  const std::string_view prefix = options.key_prefix;
+  const std::string_view fence = options.fence_key;
+  const bool same = fence.size() == prefix.size() + resource.size() && fence.substr(0, prefix.size()) == prefix &&
+                    fence.substr(prefix.size()) == resource;
+  if (!same) return std::nullopt;
+  return "resource '" + excerpt(resource) + "' with key_prefix '" + options.key_prefix +
+         "' is the fencing counter's key '" + options.fence_key +
+         "' (ClientOptions.fence_key): its lock would replace the counter; use another name or a key_prefix";
+}
+
 std::optional<std::string> check_token(std::string_view token) {
   const bool hex = std::all_of(token.begin(), token.end(),
                                [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });

@@ -5,10 +5,12 @@
 #include "redlock/lease.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -126,6 +128,42 @@ TEST(AttackLeaseTest, AClientBuiltWhereADestroyedOneWasDoesNotTakeItsLocksForIts
     EXPECT_THROW((void)next.keep(*lock), UsageError) << "round " << i << ": a Lock of a destroyed Client was kept";
     next.release(*lock);
   }
+}
+
+// Runs `work` on a thread of its own with a stack of `bytes`, and waits for it.
+void run_on_small_stack(std::size_t bytes, const std::function<void()>& work) {
+  pthread_attr_t attr;
+  ASSERT_EQ(::pthread_attr_init(&attr), 0);
+  ASSERT_EQ(::pthread_attr_setstacksize(&attr, bytes), 0);
+  pthread_t thread;
+  const auto run = [](void* arg) -> void* {
+    (*static_cast<const std::function<void()>*>(arg))();
+    return nullptr;
+  };
+  ASSERT_EQ(::pthread_create(&thread, &attr, run, const_cast<std::function<void()>*>(&work)), 0);
+  ::pthread_attr_destroy(&attr);
+  ASSERT_EQ(::pthread_join(thread, nullptr), 0);
+}
+
+// keep() of one Lock, many times over (each Lease ended before the next): each keep chained
+// a hook onto the lock's state that was never removed (about 0.5 KB, for as long as any copy
+// of the Lock lived), and running or destroying the chain recursed once per keep: a Lock
+// dropped after 50,000 keeps overflowed an 8 MiB stack, on the caller's thread, or on the
+// loop thread when a restart set the hooks off. Here 20,000 keeps, and the last copy of the
+// Lock is dropped on a thread with a 128 KiB stack.
+TEST(AttackLeaseTest, KeepingOneLockManyTimesDoesNotChainHooks) {
+  RedisServerGroup masters(1);
+  Client client(options_for(masters));
+  Result held = client.acquire("kept");
+  ASSERT_TRUE(held) << format_result(held);
+  std::optional<Lock> lock = std::move(held.lock);
+  held = Result{};
+  for (int i = 0; i < 20000; ++i) {
+    Lease lease = client.keep(*lock);
+    ASSERT_TRUE(client.wait_connected(1, 5s));  // a round trip through the loop: the lease has started
+  }
+  run_on_small_stack(128 * 1024, [&] { lock.reset(); });
+  EXPECT_FALSE(lock.has_value());
 }
 
 // The same confusion through Client::extend: the extend's deadline is max(old, new) with

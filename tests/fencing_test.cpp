@@ -81,6 +81,27 @@ TEST(FencingRounds, AFrozenMinorityDoesNotStopTokens) {
   masters[3].thaw();
 }
 
+// With an empty key_prefix a resource's key is its name, so a resource named like the fencing
+// counter would be locked wherever the counter does not exist yet (a new or restarted master):
+// a 32-hex token with a ttl where an integer must be, and fenced acquires fail until it
+// expires. The Client refuses the name; the counter is untouched.
+TEST(FencingRounds, AResourceWhoseKeyIsTheFenceCounterIsRefused) {
+  RedisServerGroup masters(3);
+  ClientOptions options = options_for(masters);
+  options.key_prefix.clear();
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result refused = client.acquire(options.fence_key);
+  EXPECT_EQ(refused.outcome, Outcome::invalid_argument) << format_result(refused);
+  EXPECT_NE(refused.message.find("'" + options.fence_key + "'"), std::string::npos) << refused.message;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    EXPECT_LT(masters[i].command({"PTTL", options.fence_key}).integer, 0) << "master " << i;  // no ttl on it
+  }
+  const Result fenced_grant = client.acquire("x", fenced());
+  ASSERT_TRUE(fenced_grant) << format_result(fenced_grant);
+  EXPECT_GT(fenced_grant.lock->fence, 0u);
+}
+
 TEST(FencingRounds, AQuorumHoldsTheTokenBeforeItIsHandedOver) {
   RedisServerGroup masters(5);
   Client client(options_for(masters));

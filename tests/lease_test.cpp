@@ -291,13 +291,28 @@ TEST(LeaseTest, LossIsSignalledAtOnceWhenAMajorityRestartsUnderTheRestartGuard) 
   LeaseOptions lease_opts;
   lease_opts.on_lost = loss.callback();
   lease_opts.renew_fraction = 0.6;  // the restarts are seen before the first renewal is due
+  // Leases of the lock that ended, and two alive: each alive one hears of the loss.
+  for (int i = 0; i < 3; ++i) {
+    Lease ended = client.keep(*held.lock, lease_opts);
+    ASSERT_TRUE(client.wait_connected(3, 5s));  // a round trip through the loop: it has started
+    ended = Lease{};  // stops it (and releases: the test's keys are put back below)
+  }
+  ASSERT_TRUE(eventually([&] { return holding(masters, held.lock->key, held.lock->token) == 0u; }));
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    masters[i].command({"SET", held.lock->key, held.lock->token, "PX", "2000"});
+  }
   Lease lease = client.keep(*held.lock, lease_opts);
+  LossRecord second_loss;
+  LeaseOptions second_opts = lease_opts;
+  second_opts.on_lost = second_loss.callback();
+  Lease second = client.keep(*held.lock, second_opts);
   for (const std::size_t i : {0u, 1u}) {
     masters[i].kill();
     masters[i].restart();  // no persistence: the key is gone there
   }
-  ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 5s));
+  ASSERT_TRUE(eventually([&] { return loss.signalled() && second_loss.signalled(); }, 5s));
   EXPECT_EQ(lease.loss(), LossReason::restarted);
+  EXPECT_EQ(second.loss(), LossReason::restarted);
   EXPECT_TRUE(held.lock->lost());
   EXPECT_GT(loss.lead("majority restarted").count(), 0);
 }

@@ -452,6 +452,29 @@ TEST_F(CallValidation, LockWithoutToken) {
   EXPECT_EQ(client_->extend(lock).outcome, Outcome::invalid_argument);
 }
 
+// A Lock's fields are public: one built by hand with a key no Client makes, or a token that
+// is not an owner token, is refused naming it. (A 4 MiB key was encoded into the Client's
+// command buffer, kept at that size for the Client's life, and refused as "a backlog of 0
+// bytes the master has not read"; a foreign token was sent and answered "released".)
+TEST_F(CallValidation, HandBuiltLockWithAKeyOrTokenNoClientMakes) {
+  const Result acquired = client_->acquire("res");
+  ASSERT_EQ(acquired.outcome, Outcome::acquired) << redlock::format_result(acquired);
+  Lock huge = *acquired.lock;
+  huge.key = std::string(4 << 20, 'k');
+  for (const Result& result : {client_->release(huge), client_->extend(huge)}) {
+    EXPECT_EQ(result.outcome, Outcome::invalid_argument) << redlock::format_result(result);
+    EXPECT_THAT(result.message, HasSubstr(std::to_string(4 << 20) + " bytes"));
+  }
+  Lock foreign = *acquired.lock;
+  foreign.token = "not-a-token";
+  for (const Result& result : {client_->release(foreign), client_->extend(foreign)}) {
+    EXPECT_EQ(result.outcome, Outcome::invalid_argument) << redlock::format_result(result);
+    EXPECT_THAT(result.message, HasSubstr("'not-a-token'"));
+  }
+  EXPECT_EQ(client_->release(*acquired.lock).outcome, Outcome::released);
+  EXPECT_EQ(dbsize(), 0);
+}
+
 TEST_F(CallValidation, ExtendWithTtlZeroLeavesLockAlone) {
   const Result acquired = client_->acquire("res");
   ASSERT_EQ(acquired.outcome, Outcome::acquired) << redlock::format_result(acquired);

@@ -5,7 +5,7 @@
 // Shared, not owned by the Lease handle: a renewal in flight, a timer and a posted task each
 // hold a shared_ptr, so a Lease destroyed (or a Client shut down) while a renewal is in flight
 // leaves them a live object that is merely stopped. The Client keeps only weak_ptrs (to stop
-// its leases when it shuts down); the lock's LockState keeps a weak_ptr in its on_lost hook.
+// its leases when it shuts down); the lock's LockState keeps a weak_ptr in its list of leases.
 #pragma once
 
 #include <atomic>

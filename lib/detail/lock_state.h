@@ -16,6 +16,8 @@
 
 namespace redlock::detail {
 
+class LeaseCore;
+
 class LockState {
  public:
   explicit LockState(std::size_t masters) : epochs(masters, 0) {}
@@ -33,9 +35,12 @@ class LockState {
   // granted the lock, 0 if it did not. `votes` counts the non-zero entries.
   SmallArray<std::uint32_t> epochs;
   std::uint32_t votes = 0;
-  // Called once when the restart guard sets `lost` (a Lease hooks it to learn at once). It
+  // Called once when the restart guard sets `lost` (Leases hook it to learn at once). It
   // must not call back into the restart guard: it posts to the loop.
   std::function<void()> on_lost;
+  // Loop thread only. The leases keeping this lock that on_lost tells; expired entries are
+  // dropped whenever one is added, so it holds no more than the leases alive then.
+  std::vector<std::weak_ptr<LeaseCore>> leases;
 };
 
 // The library's way into a Lock's private part.

@@ -18,6 +18,14 @@ std::vector<Endpoint> validate(const ClientOptions& options);
 // Empty when `resource` is acceptable, else the reason (naming the value).
 std::optional<std::string> check_resource(std::string_view resource);
 
+// Empty when `key` (a Lock's, for extend and release) is no longer than a key this library
+// makes (kMaxKeyPrefixSize + kMaxResourceSize), else the reason.
+std::optional<std::string> check_lock_key(std::string_view key);
+
+// Empty when `resource`'s key (key_prefix + resource) is not the fencing counter's. With a
+// key_prefix validate() already rules that out; with an empty one only the name can.
+std::optional<std::string> check_not_fence_key(const ClientOptions& options, std::string_view resource);
+
 // Empty when `token` has the form of an owner token this library makes (Client::adopt),
 // else the reason (naming the value, cut if long).
 std::optional<std::string> check_token(std::string_view token);
