@@ -312,6 +312,42 @@ BENCHMARK(BM_ExtendBatch_N5)->Arg(1)->Arg(64)->UseRealTime()->Unit(benchmark::kM
 
 // ---------------------------------------------------------------------- no network
 
+// N acquires of one held key wait (listening for its release, no poll within their wait) and
+// give up together. cpu_us/cycle = process CPU per waiter for its whole wait: attempt, watch,
+// give-up. It stays flat as N grows: leaving the line is O(log N) (with a vector's erase it
+// was O(N): 30,000 waiters giving up together held the loop thread for seconds).
+void BM_WaitersGivingUpTogether(benchmark::State& state) {
+  redlock::ClientOptions options;
+  options.masters = {g_masters.at(0)->uri()};
+  options.key_prefix = "micro:";
+  options.restart_guard = false;
+  options.retry_delay = 60s;  // no poll within the wait: they only listen
+  Client client(options);
+  client.wait_connected(1, 5s);
+  g_masters.at(0)->command({"SET", "micro:held", "someone-else", "PX", "600000"});
+  const auto n = static_cast<std::ptrdiff_t>(state.range(0));
+  redlock::AcquireOptions waiting;
+  waiting.retry_count = -1;
+  waiting.wait = 300ms;
+  std::atomic<std::uint64_t> acquired{0};
+  {
+    const AllocScope allocs(state, n);
+    for (auto _ : state) {
+      std::latch all_done(n);
+      for (std::ptrdiff_t i = 0; i < n; ++i) {
+        client.acquire_async("held", [&](Result r) {
+          if (r) acquired.fetch_add(1);
+          all_done.count_down();
+        }, waiting);
+      }
+      all_done.wait();
+    }
+  }
+  g_masters.at(0)->command({"DEL", "micro:held"});
+  state.counters["acquired"] = static_cast<double>(acquired.load());  // 0: the key stayed held
+}
+BENCHMARK(BM_WaitersGivingUpTogether)->Arg(1000)->Arg(10000)->Arg(100000)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // The fixed cost of a blocking call: post to the loop thread, validate, answer, wake the
 // caller. An empty resource is rejected on the loop before anything is sent.
 void BM_HandOff_InvalidResource(benchmark::State& state) {

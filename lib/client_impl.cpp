@@ -462,11 +462,13 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   if (options_.release_notifications && !acquire.watching) {
     acquire.watching = true;
     watch_.watch(op->key);
-    waiting_[op->key].push_back(op->id);
+    acquire.line_place = ++next_line_place_;
+    waiting_[op->key].emplace(acquire.line_place, op->id);
   } else if (acquire.watching && own_failure) {
-    std::vector<OperationId>& line = waiting_[op->key];
-    std::erase(line, op->id);
-    line.push_back(op->id);
+    WaitingLine& line = waiting_[op->key];
+    line.erase(acquire.line_place);
+    acquire.line_place = ++next_line_place_;
+    line.emplace(acquire.line_place, op->id);
   }
   const std::uint64_t poll_at = next_poll_at(now);
   const auto before = [](std::uint64_t at, std::uint64_t deadline) { return deadline == 0 || at < deadline; };
@@ -638,13 +640,13 @@ void ClientImpl::wake_waiters(const std::string& key, bool lost) {
   if (it == waiting_.end()) return;
   const std::uint64_t now = now_ns();
   if (lost && !watch_.reliable(key)) {
-    for (const OperationId id : it->second) {
+    for (const auto& [place, id] : it->second) {
       const auto op_it = operations_.find(id);
       if (op_it != operations_.end()) poll_instead_of_listening(op_it->second, now);
     }
   }
   if (held_here(key, now)) return;  // another's release, or forged: none of ours could win
-  for (const OperationId id : it->second) {
+  for (const auto& [place, id] : it->second) {
     const auto op_it = operations_.find(id);
     if (op_it != operations_.end() && wake(op_it->second, now)) return;
   }
@@ -710,7 +712,7 @@ void ClientImpl::note_held(const std::string& key, microseconds validity, Operat
   // master answering PTTL 0 to a sibling still buys no round per millisecond. (Without this
   // reset, ignoring announcements alone, the sixth of six waiters in wait_test still missed
   // its 3 s bound in 2 of 3 runs.)
-  for (const OperationId id : it->second) {
+  for (const auto& [place, id] : it->second) {
     const auto op_it = operations_.find(id);
     if (id == holder || op_it == operations_.end()) continue;
     AcquirePart& acquire = op_it->second->acquire();
@@ -731,7 +733,7 @@ void ClientImpl::stop_waiting(Operation& op) {
   watch_.unwatch(op.key);
   const auto it = waiting_.find(op.key);
   if (it == waiting_.end()) return;
-  std::erase(it->second, op.id);
+  it->second.erase(acquire.line_place);
   // A wake-up it had taken (in flight, scheduled, or a wake-up's retry pending), when it was
   // cancelled or ran out of time or retries: the next waiter's. (After a grant here nobody is
   // woken: held_here. A waiter that had none passes nothing: each would cost the first in

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <memory_resource>
 #include <mutex>
@@ -177,8 +178,12 @@ class ClientImpl {
   std::pmr::unsynchronized_pool_resource operations_memory_;
   std::pmr::unordered_map<OperationId, std::shared_ptr<Operation>> operations_{&operations_memory_};
   std::minstd_rand jitter_rng_{std::random_device{}()};
-  // Acquires waiting for a release of each key (watching it), by key.
-  std::unordered_map<std::string, std::vector<OperationId>> waiting_;
+  // Acquires waiting for a release of each key (watching it), by key, in line order: by the
+  // place each took (AcquirePart::line_place, from next_line_place_), so one leaving costs
+  // O(log n) (a vector's erase made 30,000 waiters giving up together stall the loop 6 s).
+  using WaitingLine = std::map<std::uint64_t, OperationId>;
+  std::unordered_map<std::string, WaitingLine> waiting_;
+  std::uint64_t next_line_place_ = 0;
   // Keys announced released during this pass of the loop, their waiters not yet woken (true:
   // a subscriber connection was lost, ReleaseWatch::Wake).
   std::unordered_map<std::string, bool> announced_;

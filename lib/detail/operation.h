@@ -39,6 +39,7 @@ struct AcquirePart {
   EventLoop::TimerId retry_timer = 0;    // waiting to retry (or, giving_up, for the deadline)
   // Waiting (docs/design.md "Waiting"; loop time, 0: none / unknown).
   bool watching = false;                 // subscribed to the key's release channel (ReleaseWatch)
+  std::uint64_t line_place = 0;          // while watching: its place in ClientImpl::waiting_
   bool woken = false;                    // a wake-up arrived while an attempt was in flight
   bool wake_scheduled = false;           // retry_timer is a wake-up's (jittered) retry
   bool giving_up = false;                // retry_timer finishes the acquire at its deadline
