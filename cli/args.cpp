@@ -592,16 +592,22 @@ void finish_parse(const CLI::App& app, Args& args) {
   }
 }
 
-// run's COMMAND must be exactly the words after the first `--`. Without it CLI11 reads
-// option-like words after the command as redlock's own (global options may follow the
-// subcommand): `run job ./work.sh --prefix /srv/` would lock another key and run the command
-// without its argument.
-std::optional<std::string> command_not_after_double_dash(int argc, char** argv, const Args& args) {
+// run's COMMAND must be exactly the words after a `--`. Without it CLI11 reads option-like
+// words after the command as redlock's own (global options may follow the subcommand): `run
+// job ./work.sh --prefix /srv/` would lock another key and run the command without its
+// argument. A resource that starts with '-' comes after a first `--` (`run -- -x -- CMD`),
+// and CLI11 then takes the second `--` for the command's first word: it is dropped here.
+std::optional<std::string> command_not_after_double_dash(int argc, char** argv, Args& args) {
   if (args.command != CommandKind::run || args.program.empty()) return std::nullopt;
-  int dash = 1;
-  while (dash < argc && std::string_view(argv[dash]) != "--") ++dash;
-  const bool after = dash < argc && static_cast<std::size_t>(argc - dash - 1) == args.program.size() &&
-                     std::equal(args.program.begin(), args.program.end(), argv + dash + 1);
+  int first = 1;
+  while (first < argc && std::string_view(argv[first]) != "--") ++first;
+  if (first + 2 < argc && args.program.front() == "--" && argv[first + 1] == args.resource) {
+    args.program.erase(args.program.begin());
+    if (args.program.empty()) return std::nullopt;  // resolve(): run needs a command
+  }
+  const auto words = static_cast<std::ptrdiff_t>(args.program.size());
+  const bool after = argc > words + 1 && std::string_view(argv[argc - words - 1]) == "--" &&
+                     std::equal(args.program.begin(), args.program.end(), argv + (argc - words));
   if (after) return std::nullopt;
   return "run: give the command after --, as in 'redlock run RESOURCE -- COMMAND [ARGS...]' (got '" +
          printable(args.program.front()) +

@@ -74,6 +74,7 @@ struct Settings {
   std::vector<std::string> program;
   bool json = false;
   bool quiet = false;
+  bool stdout_closed = false;  // started with fd 1 closed (now /dev/null): acquire has nowhere for its token
   // The exit status when the lock is held by another owner (acquire, run): 73 unless -E.
   int conflict_exit_code = kExitTaken;
   // Absolute path of the masters file when the masters came from one (--masters-file or

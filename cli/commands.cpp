@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -235,6 +236,9 @@ int token_not_written(redlock::Client& client, const redlock::Lock& lock, const 
 }  // namespace
 
 int acquire_command(const Settings& settings, const Output& out) {
+  // A token written into a pipe nobody reads must fail the write (EPIPE) and be released,
+  // not kill the tool with the lock held (SIGPIPE). acquire starts no other program.
+  std::signal(SIGPIPE, SIG_IGN);
   redlock::Client client(settings.client);
   warm_up(client, settings.acquire.fencing);
   const auto start = client.now();
@@ -247,6 +251,10 @@ int acquire_command(const Settings& settings, const Output& out) {
   }
   const int code = exit_code_for(result, settings.conflict_exit_code);
   const auto notes = acquire_notes(result, settings);
+  if (result.ok() && settings.stdout_closed) {  // the token would go to /dev/null
+    errno = EBADF;
+    return token_not_written(client, *result.lock, settings);
+  }
   if (out.json()) {
     auto object = result_json(result, "acquire", settings.resource, settings.key);
     object["notes"] = notes;

@@ -53,18 +53,22 @@ int report_error(bool json, std::string_view command, std::string_view outcome, 
 // descriptor opened (libuv's, a socket's) would get its number, and libuv aborts when it
 // closes a descriptor it owns that is 0, 1 or 2 (exit 134 after the token was printed, with
 // the lock held); output meant for a closed stream would go into a socket.
-void open_closed_standard_streams() {
+// Returns whether stdout was closed: acquire then has nowhere to put its token.
+bool open_closed_standard_streams() {
+  bool stdout_closed = false;
   for (int fd = 0; fd <= 2; ++fd) {
     if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    if (fd == 1) stdout_closed = true;
     const int opened = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
     if (opened >= 0 && opened != fd) ::close(opened);  // not the lowest free number: leave it
   }
+  return stdout_closed;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  open_closed_standard_streams();
+  const bool stdout_closed = open_closed_standard_streams();
   // CLI11's messages quote command-line words, and a -m URI may carry a password.
   remember_command_line(argc, argv);
   // What a usage error needs before the command line has parsed: --json, and which subcommand.
@@ -79,7 +83,8 @@ int main(int argc, char** argv) {
 
   const std::string command = command_name(args.command);
   try {
-    const Settings settings = resolve(args);
+    Settings settings = resolve(args);
+    settings.stdout_closed = stdout_closed;
     if (settings.password_on_command_line && !settings.quiet) {
       print_error(
           "warning: a password given with --master is visible to other users (ps, /proc) while redlock "

@@ -701,16 +701,25 @@ void RunSession::check_lease() {
 
 void RunSession::keep_time() {
   const auto now = client_->now();
+  if (group_gone_) {
+    // Its end may have been noticed late (redlock stopped, or not scheduled): when only at
+    // the SIGKILL point or after, the command may have run on past it, which redlock exists
+    // to prevent, so it counts as lost; before it, the command ended inside the lock
+    // (CliTest.ACommandThatOutlivedTheLockWhileRedlockWasStoppedExits75).
+    if (!lost_ && *group_gone_ >= deadline() - margin_) {
+      lose("the command's end was noticed only " + ms_text(*group_gone_ - (deadline() - margin_)) +
+           " after the lock's SIGKILL point (redlock was stopped or not scheduled meanwhile): it may have run "
+           "while the lock expired (lease lost: deadline)");
+    }
+    return;
+  }
   if (!lost_ && now >= sigterm_due()) {
     // The lease signals LossReason::deadline at this very moment; this thread may just have
     // woken up first (a renewal may still be in flight, but its answer could come too late
-    // to stop the group in time): the loss is decided now. Also when the group's end was
-    // just noticed: redlock may have been stopped, and the command may have run past this
-    // point meanwhile (CliTest.ACommandThatOutlivedTheLockWhileRedlockWasStoppedExits75).
+    // to stop the group in time): the loss is decided now.
     lose(settings_.no_extend ? "the lease is about to run out (--no-extend)"
                              : loss_text(redlock::LossReason::deadline));
   }
-  if (group_gone_) return;
   if (lost_ && !sigkill_at_ && now >= kill_at_) {
     signal_group(SIGKILL);
     sigkill_at_ = now;
@@ -941,6 +950,8 @@ void RunSession::lose(const std::string& why) {
       text += "; sent SIGTERM to " + group + ", SIGKILL in " + ms_text(kill_at_ - now) + " if it is still running";
     }
     text += " (the lock's validity ends in " + ms_text(ends - now) + "); will exit 75";
+  } else {
+    text += "; will exit 75";
   }
   if (!out_.json()) out_.note(text);
 }

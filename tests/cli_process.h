@@ -93,6 +93,7 @@ struct Streams {
   bool close_stdout = false;
   bool close_stderr = false;
   std::string stdout_path;  // instead of the file wait() reads, if set
+  bool stdout_to_closed_pipe = false;  // a pipe whose read end is closed (a reader that has gone)
 };
 
 // One child process, its streams as `streams` says, in its own process group. The destructor
@@ -114,7 +115,16 @@ class Process {
 
     const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     const fs::path out_path = streams.stdout_path.empty() ? dir_ / "stdout" : fs::path(streams.stdout_path);
-    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int out = -1;
+    if (streams.stdout_to_closed_pipe) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC) == 0) {
+        ::close(ends[0]);
+        out = ends[1];
+      }
+    } else {
+      out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    }
     const int err = ::open((dir_ / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (in < 0 || out < 0 || err < 0) throw std::runtime_error("open failed");
 

@@ -695,6 +695,15 @@ TEST_F(CliTest, RunRefusesACommandNotGivenAfterDoubleDash) {
   const Finished given = redlock({"run", "job", "--", "sh", "-c", "echo \"$@\"", "sh", "--prefix", "--", "x"});
   EXPECT_EQ(given.exit_code, 0) << describe(given);
   EXPECT_EQ(given.out, "--prefix -- x\n");
+  // `--` as an option's value, and a resource that starts with '-' (after a first `--`).
+  const Finished dash_prefix = redlock({"--prefix", "--", "run", "job", "--", "sh", "-c", "echo ran"});
+  EXPECT_EQ(dash_prefix.exit_code, 0) << describe(dash_prefix);
+  EXPECT_EQ(dash_prefix.out, "ran\n");
+  const Finished dash_resource = redlock({"run", "--", "-x", "--", "sh", "-c", "echo \"$REDLOCK_KEY\""});
+  EXPECT_EQ(dash_resource.exit_code, 0) << describe(dash_resource);
+  EXPECT_EQ(dash_resource.out, "redlock:-x\n");
+  const Finished dash_resource_no_command = redlock({"run", "--", "-x", "sh", "-c", "true"});
+  EXPECT_EQ(dash_resource_no_command.exit_code, 64) << describe(dash_resource_no_command);
 }
 
 // With stdin, stdout or stderr closed (`<&-`), libuv took fd 0, 1 or 2 for itself and
@@ -731,13 +740,21 @@ TEST_F(CliTest, AnAcquireThatCannotWriteItsTokenReleasesAndFails) {
   for (const bool json : {false, true}) {
     std::vector<std::string> args{"acquire", "job"};
     if (json) args.insert(args.begin(), "--json");
+    // A full disk, a pipe whose reader has gone (SIGPIPE must not kill the tool first), stdout
+    // closed (it would go to /dev/null).
     Streams full;
     full.stdout_path = "/dev/full";
-    Process acquire(with_masters(args), {}, full);
-    const Finished f = acquire.wait();
-    EXPECT_EQ(f.exit_code, 74) << (json ? "--json " : "") << describe(f);
-    EXPECT_NE(f.err.find("released"), std::string::npos) << f.err;
-    EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; })) << (json ? "--json" : "text");
+    Streams broken_pipe;
+    broken_pipe.stdout_to_closed_pipe = true;
+    Streams closed;
+    closed.close_stdout = true;
+    for (const Streams& streams : {full, broken_pipe, closed}) {
+      Process acquire(with_masters(args), {}, streams);
+      const Finished f = acquire.wait();
+      EXPECT_EQ(f.exit_code, 74) << (json ? "--json " : "") << describe(f);
+      EXPECT_NE(f.err.find("released"), std::string::npos) << f.err;
+      EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; })) << (json ? "--json" : "text");
+    }
   }
 }
 
@@ -783,6 +800,26 @@ TEST_F(CliTest, ACommandThatOutlivedTheLockWhileRedlockWasStoppedExits75) {
   ASSERT_EQ(::kill(tool.pid(), SIGCONT), 0);
   const Finished f = tool.wait(10s);
   EXPECT_EQ(f.exit_code, 75) << describe(f);
+}
+
+// The other side: a command that ended inside the lock's validity keeps its own status, even
+// when redlock, stopped meanwhile, notices the end late (past the SIGTERM point, before the
+// SIGKILL point: kill-after 1 s makes that a second wide). Without renewals (--no-extend).
+TEST_F(CliTest, ACommandThatEndedInsideTheLockWhileRedlockWasStoppedKeepsItsStatus) {
+  TempDir dir;
+  GroupGuard guard;
+  Process tool(with_masters({"--ttl", "3s", "run", "--no-extend", "--kill-after", "1s", "job", "--", "sh", "-c",
+                             "echo $$ > \"$1\"; sleep 0.3; exit 5", "sh", (dir / "pid").string()}));
+  const pid_t command = wait_for_pid_file(dir / "pid");
+  ASSERT_GT(command, 0);
+  guard.watch(command);
+  const auto started = SteadyClock::now();
+  ASSERT_EQ(::kill(tool.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(eventually([&] { return live_members(command).empty(); }, 5s)) << "the command did not end";
+  std::this_thread::sleep_until(started + 2100ms);  // SIGTERM point ~1.7 s, SIGKILL point ~2.7 s
+  ASSERT_EQ(::kill(tool.pid(), SIGCONT), 0);
+  const Finished f = tool.wait(10s);
+  EXPECT_EQ(f.exit_code, 5) << describe(f);
 }
 
 // redlock SIGKILLed while its job is stopped (Ctrl-Z): its watchdog took the end of the pipe
