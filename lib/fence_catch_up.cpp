@@ -30,8 +30,18 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
   void start() {
     MasterSet& masters = owner_.masters_;
     const std::string get = owner_.commands_.fence_read();
+    // A master known to have lost its counter since (another restart, not caught up yet) is
+    // not read while enough others are: its empty counter, read instead of one still holding
+    // the latest token, is how two restarts send tokens backwards (A2; a catch-up that could
+    // not finish for minutes, masters being out, would otherwise read the second restarted
+    // master as soon as they are back: ACatchUpDoesNotReadAMasterKnownToBeBehind).
+    std::uint32_t not_behind = 0;
     for (std::uint32_t i = 0; i < masters.size(); ++i) {
-      if (i == target_) continue;
+      if (i != target_ && !owner_.known_behind(i)) ++not_behind;
+    }
+    const bool skip_behind = not_behind >= needed_;
+    for (std::uint32_t i = 0; i < masters.size(); ++i) {
+      if (i == target_ || (skip_behind && owner_.known_behind(i))) continue;
       if (masters.send(i, get, shared_from_this())) ++asked_;
     }
     if (asked_ < needed_) {

@@ -2,7 +2,10 @@
 // Fencing tokens (AcquireOptions::fencing) against real masters: tokens increase between
 // grants, survive a frozen minority, survive restarts thanks to the counter catch-up (and do
 // not without it), and let a fenced store refuse a holder paused past its validity.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -172,6 +175,78 @@ TEST(FencingRestarts, CatchUpKeepsTokensIncreasingAcrossRestartsWhenInfoIsDenied
   std::uint64_t before = 0;
   const std::uint64_t after = token_after_two_restarts(true, before, true);
   EXPECT_GT(after, before);
+}
+
+// A loopback port nothing listens on (bound, then closed): connecting there is refused.
+std::uint16_t dead_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// N = 5 (a catch-up reads 3 of the other 4). Masters 3 and 4 are cut off (their proxies refuse
+// connections) while tokens advance on 0-2, so they never see those tokens; then 0 and 1
+// restart without persistence, and their catch-ups cannot finish. Master 2, the only one
+// still holding the latest token, freezes, and 3 and 4 come back. A catch-up of 0 that read 1
+// (known to be empty: restarted, not caught up), 3 and 4 raised 0 to a stale value (and 1
+// likewise), and the next grant, on 0, 1, 3 and 4, carried a lower token than the last one.
+// Now the catch-up leaves 1 out and waits for master 2.
+TEST(FencingRestarts, ACatchUpDoesNotReadAMasterKnownToBeBehind) {
+  RedisServerGroup masters(5);
+  TcpProxy proxy3(masters[3].port(), {});
+  TcpProxy proxy4(masters[4].port(), {});
+  std::vector<std::string> uris = masters.uris();
+  uris[3] = proxy3.uri();
+  uris[4] = proxy4.uri();
+  auto options = options_for(uris);
+  options.connect_timeout = 300ms;  // a catch-up's reads wait this long
+  options.reconnect_min = 10ms;
+  options.reconnect_max = 50ms;
+  options.stall_timeout = 60s;  // a frozen master keeps its connection
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  const Result warm = client.acquire("seq", fenced());
+  ASSERT_TRUE(warm) << format_result(warm);
+  ASSERT_TRUE(client.release(*warm.lock));
+  const std::uint16_t nowhere = dead_port();
+  proxy3.retarget(nowhere);
+  proxy4.retarget(nowhere);
+  std::uint64_t before = 0;
+  for (int i = 0; i < 5; ++i) {
+    const Result held = client.acquire("seq", fenced());
+    ASSERT_TRUE(held) << format_result(held);
+    before = held.lock->fence;
+    client.release(*held.lock);
+  }
+  ASSERT_LT(counter(masters[3]), before);
+  for (const std::size_t restarted : {0u, 1u}) {
+    masters[restarted].kill();
+    masters[restarted].restart();
+  }
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  std::this_thread::sleep_for(200ms);  // both restarts seen
+  masters[2].freeze();
+  proxy3.retarget(masters[3].port());
+  proxy4.retarget(masters[4].port());
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  std::this_thread::sleep_for(500ms);  // catch-ups with 3 and 4 back
+  AcquireOptions short_wait = fenced();
+  short_wait.wait = 1000ms;
+  const Result without_2 = client.acquire("seq", short_wait);
+  masters[2].thaw();
+  if (without_2) {
+    EXPECT_GT(without_2.lock->fence, before) << "a grant without the master holding the latest token went backwards";
+    client.release(*without_2.lock);
+  }
+  const Result with_2 = client.acquire("seq", fenced());
+  ASSERT_TRUE(with_2) << format_result(with_2);
+  EXPECT_GT(with_2.lock->fence, before);
 }
 
 TEST(FencingRestarts, WithoutCatchUpTheSameRestartsSendTokensBackwards) {
