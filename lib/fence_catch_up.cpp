@@ -9,6 +9,7 @@
 #include <system_error>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "detail/event_loop.h"
 #include "detail/lock_commands.h"
@@ -30,18 +31,21 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
   void start() {
     MasterSet& masters = owner_.masters_;
     const std::string get = owner_.commands_.fence_read();
-    // A master known to have lost its counter since (another restart, not caught up yet) is
-    // not read while enough others are: its empty counter, read instead of one still holding
-    // the latest token, is how two restarts send tokens backwards (A2; a catch-up that could
-    // not finish for minutes, masters being out, would otherwise read the second restarted
-    // master as soon as they are back: ACatchUpDoesNotReadAMasterKnownToBeBehind).
-    std::uint32_t not_behind = 0;
+    // A master known to be behind (a later incarnation, not caught up yet: it may have lost
+    // its counter) is not read while enough others are connected: its empty counter, read
+    // instead of one still holding the latest token, is how two restarts send tokens
+    // backwards (A2; ACatchUpDoesNotReadAMasterKnownToBeBehind). With too few others
+    // connected it is read as before: waiting for them could stop fencing for as long as they
+    // are down (AMasterDownDoesNotStopTheCatchUpOfTwoReconnectedMasters).
+    std::uint32_t readable = 0;
     for (std::uint32_t i = 0; i < masters.size(); ++i) {
-      if (i != target_ && !owner_.known_behind(i)) ++not_behind;
+      if (i != target_ && !owner_.known_behind(i) && masters.ready(i)) ++readable;
     }
-    const bool skip_behind = not_behind >= needed_;
+    const bool skip_behind = readable >= needed_;
+    sent_generation_.assign(masters.size(), 0);
     for (std::uint32_t i = 0; i < masters.size(); ++i) {
       if (i == target_ || (skip_behind && owner_.known_behind(i))) continue;
+      sent_generation_[i] = owner_.generation(i);
       if (masters.send(i, get, shared_from_this())) ++asked_;
     }
     if (asked_ < needed_) {
@@ -64,10 +68,12 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
     }
     ++answered_;
     // A counter that is not a plain number up to kMaxFence is not read: a hostile master's
-    // value must not be written into this one.
-    if (reply != nullptr && reply->type == REDIS_REPLY_NIL) {
+    // value must not be written into this one. Nor one from an incarnation that began after
+    // the read was sent (queued while that master reconnected: it may be empty).
+    const bool current = reply != nullptr && owner_.generation(index) == sent_generation_[index];
+    if (current && reply->type == REDIS_REPLY_NIL) {
       ++read_;
-    } else if (reply != nullptr && reply->type == REDIS_REPLY_STRING) {
+    } else if (current && reply->type == REDIS_REPLY_STRING) {
       std::uint64_t value = 0;
       const char* end = reply->str + reply->len;
       const auto [at, error] = std::from_chars(reply->str, end, value);
@@ -99,6 +105,7 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
   const std::uint32_t target_;
   const std::uint32_t generation_;
   const std::uint32_t needed_;
+  std::vector<std::uint32_t> sent_generation_;  // each master's incarnation when its read was sent
   std::uint32_t asked_ = 0;
   std::uint32_t answered_ = 0;
   std::uint32_t read_ = 0;
