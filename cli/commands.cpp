@@ -239,6 +239,11 @@ int acquire_command(const Settings& settings, const Output& out) {
   // A token written into a pipe nobody reads must fail the write (EPIPE) and be released,
   // not kill the tool with the lock held (SIGPIPE). acquire starts no other program.
   std::signal(SIGPIPE, SIG_IGN);
+  if (settings.stdout_closed) {  // the token would go to the /dev/null main() put there
+    print_error("stdout is closed: acquire would have nowhere to write the token of " + quoted(settings) +
+                "; nothing was acquired");
+    return kExitIoError;
+  }
   redlock::Client client(settings.client);
   warm_up(client, settings.acquire.fencing);
   const auto start = client.now();
@@ -251,10 +256,6 @@ int acquire_command(const Settings& settings, const Output& out) {
   }
   const int code = exit_code_for(result, settings.conflict_exit_code);
   const auto notes = acquire_notes(result, settings);
-  if (result.ok() && settings.stdout_closed) {  // the token would go to /dev/null
-    errno = EBADF;
-    return token_not_written(client, *result.lock, settings);
-  }
   if (out.json()) {
     auto object = result_json(result, "acquire", settings.resource, settings.key);
     object["notes"] = notes;
