@@ -34,9 +34,9 @@ class FenceCatchUp {
   [[nodiscard]] bool ready(std::uint32_t index) const { return masters_state_[index].ready; }
   // How many incarnations of master `index` it has been told of.
   [[nodiscard]] std::uint32_t generation(std::uint32_t index) const { return masters_state_[index].generation; }
-  // Whether master `index` is known to have lost its counter and is not caught up yet: an
-  // incarnation after the first one this Client saw (after a reconnect, where the run_id
-  // cannot be read). A catch-up reads such a master only when too few others are left.
+  // Whether master `index` may have lost its counter and is not caught up yet: an incarnation
+  // after the first one this Client saw (a new run_id, or any reconnect where INFO is denied).
+  // A catch-up leaves such masters out while enough others are connected.
   [[nodiscard]] bool known_behind(std::uint32_t index) const {
     return masters_state_[index].generation > 1 && !masters_state_[index].ready;
   }
