@@ -700,7 +700,6 @@ void RunSession::check_lease() {
 }
 
 void RunSession::keep_time() {
-  const auto now = client_->now();
   if (group_gone_) {
     // Its end may have been noticed late (redlock stopped, or not scheduled): when only at
     // the SIGKILL point or after, the command may have run on past it, which redlock exists
@@ -713,6 +712,7 @@ void RunSession::keep_time() {
     }
     return;
   }
+  const auto now = client_->now();
   if (!lost_ && now >= sigterm_due()) {
     // The lease signals LossReason::deadline at this very moment; this thread may just have
     // woken up first (a renewal may still be in flight, but its answer could come too late
