@@ -36,10 +36,12 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
     // instead of one still holding the latest token, is how two restarts send tokens
     // backwards (A2; ACatchUpDoesNotReadAMasterKnownToBeBehind). With too few others
     // connected it is read as before: waiting for them could stop fencing for as long as they
-    // are down (AMasterDownDoesNotStopTheCatchUpOfTwoReconnectedMasters).
+    // are down (AMasterDownDoesNotStopTheCatchUpOfTwoReconnectedMasters). A master still
+    // connecting counts as connected: its read is queued and answered once it is ready (counting
+    // only ready ones fell back, and read the master behind, while the others reconnected).
     std::uint32_t readable = 0;
     for (std::uint32_t i = 0; i < masters.size(); ++i) {
-      if (i != target_ && !owner_.known_behind(i) && masters.ready(i)) ++readable;
+      if (i != target_ && !owner_.known_behind(i) && masters.up_or_connecting(i)) ++readable;
     }
     const bool skip_behind = readable >= needed_;
     sent_generation_.assign(masters.size(), 0);

@@ -83,6 +83,10 @@ bool MasterSet::ready(std::uint32_t index) const noexcept {
   return index < connections_.size() && connections_[index]->ready();
 }
 
+bool MasterSet::up_or_connecting(std::uint32_t index) const noexcept {
+  return index < connections_.size() && connections_[index]->up_or_connecting();
+}
+
 const ServerInfo& MasterSet::server_info(std::uint32_t index) const noexcept {
   static const ServerInfo kNoInfo{};
   return index < connections_.size() ? connections_[index]->server_info() : kNoInfo;

@@ -116,6 +116,10 @@ class Connection {
 
   [[nodiscard]] State state() const noexcept { return state_; }
   [[nodiscard]] bool ready() const noexcept { return state_ == State::ready; }
+  // Ready, or connecting: a command sent now is queued (not refused) and answered once ready.
+  [[nodiscard]] bool up_or_connecting() const noexcept {
+    return state_ == State::ready || state_ == State::connecting || state_ == State::handshaking;
+  }
   [[nodiscard]] const std::string& last_error() const noexcept { return last_error_; }
   // Why the connection failed, if it has failed since it was last ready (empty before the
   // first failure and once a handshake completes again).

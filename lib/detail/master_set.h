@@ -65,6 +65,8 @@ class MasterSet {
   [[nodiscard]] std::optional<std::uint64_t> counted_in_ns(std::uint32_t index) const;
   // Master `index`'s connection has completed its handshake.
   [[nodiscard]] bool ready(std::uint32_t index) const noexcept;
+  // Master `index`'s connection is ready or connecting (not in reconnect backoff).
+  [[nodiscard]] bool up_or_connecting(std::uint32_t index) const noexcept;
   // What master `index`'s last completed handshake learned (empty before the first).
   [[nodiscard]] const ServerInfo& server_info(std::uint32_t index) const noexcept;
   // Which rule counted a grant the age rule alone would not have, if any (for the row).
