@@ -140,7 +140,8 @@ void check_handshake_reply(const redisReply& reply, std::uint64_t read_at_ns) {
   ServerInfo config;
   read_config_get(reply, config);
   if (reply.type != REDIS_REPLY_ARRAY) {
-    FUZZ_CHECK(config.appendonly.empty() && config.appendfsync.empty() && config.maxmemory_policy.empty(),
+    FUZZ_CHECK(config.appendonly.empty() && config.appendfsync.empty() && config.maxmemory_policy.empty() &&
+                   config.no_appendfsync_on_rewrite.empty(),
                "CONFIG GET read a value from a reply that is not an array");
   }
 }

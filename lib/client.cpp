@@ -85,13 +85,14 @@ namespace {
 
 // The extend of `lock` on `client`. A Lock from another Client (its deadline is on that
 // Client's validity clock, its LockState holds that Client's restart-guard epochs and is
-// written on that Client's loop) or from adopt() is extended like an adopted one: its old
+// written on that Client's loop), from adopt() or built by hand from the public fields (no
+// state; its deadline is whatever the builder copied) is extended like an adopted one: its old
 // deadline is ignored, and the result gets a state of this Client's own (no epochs: the
 // restart guard does not track it, as for any adopted lock).
 std::shared_ptr<Operation> extend_operation(const ClientImpl& client, Lock lock, Callback done,
                                             std::optional<Milliseconds> ttl) {
   if (!client.granted_here(lock)) {
-    if (LockAccess::state(lock)) LockAccess::set_adopted(lock, true);
+    LockAccess::set_adopted(lock, true);
     auto state = client.make_lock_state(client.size());
     state->granted_by = client.id();
     LockAccess::set_state(lock, std::move(state));

@@ -251,7 +251,7 @@ void Connection::start_handshake() {
   if (ep.db != 0) step(encode_command({"SELECT", std::to_string(ep.db)}), Step::must_succeed);
   info_ = ServerInfo{};
   step(encode_command({"INFO", "server"}), Step::server_info);
-  for (const char* parameter : {"maxmemory-policy", "appendonly", "appendfsync"}) {
+  for (const char* parameter : kConfigRead) {
     step(encode_command({"CONFIG", "GET", parameter}), Step::config_get);
   }
   steps_ = options_.handshake_steps ? options_.handshake_steps() : std::vector<HandshakeStep>{};

@@ -151,9 +151,15 @@ void LeaseCore::start() {
     std::erase_if(state->leases, [](const std::weak_ptr<LeaseCore>& lease) { return lease.expired(); });
     state->leases.push_back(weak_from_this());
     if (!state->on_lost) {
+      // Declared here, in the step that marks the Lock lost (a holder's lost() agrees with
+      // Lock::lost() at once); announced in a task of its own (on_lost may call back in).
       state->on_lost = [owner = state.get()] {  // the hook lives in the state it reads
         for (const auto& weak : owner->leases) {
-          if (auto lease = weak.lock()) lease->post([lease] { lease->signal_loss(LossReason::restarted); });
+          auto lease = weak.lock();
+          Lock lost;
+          if (lease && lease->declare_loss(LossReason::restarted, lost, false)) {
+            lease->post([lease, lost] { lease->announce_loss(LossReason::restarted, lost); });
+          }
         }
       };
     }

@@ -2,6 +2,7 @@
 // The N masters of one Client (detail/master_set.h).
 #include "detail/master_set.h"
 
+#include "detail/commands.h"
 #include "detail/event_loop.h"
 #include "detail/lock_commands.h"
 #include "detail/quorum.h"
@@ -20,7 +21,8 @@ MasterSet::MasterSet(EventLoop& loop, const ClientOptions& options, const std::v
       quorum_(quorum_of(size_)),
       guard_(size_, quorum_, options.restart_guard, options.max_lock_ttl),
       catch_up_(*this, loop, commands, options),
-      warned_(size_) {
+      warned_(size_),
+      durability_timers_(size_, 0) {
   for (const auto& endpoint : endpoints_) names_.push_back(endpoint.display());
 }
 
@@ -38,6 +40,9 @@ void MasterSet::start() {
 
 void MasterSet::close() {
   closed_ = true;
+  for (auto& timer : durability_timers_) {
+    if (timer != 0) loop_.cancel(std::exchange(timer, 0));
+  }
   for (auto& connection : connections_) connection->close();
 }
 
@@ -123,6 +128,48 @@ void MasterSet::on_ready(std::uint32_t index) {
   std::string risk = eviction_risk(info.maxmemory_policy, options_.fence_key);
   if (!risk.empty() && risk != warned_[index].eviction) diagnostics_.warn("master " + names_[index] + ": " + risk);
   warned_[index].eviction = std::move(risk);
+  arm_durability_read(index);
+}
+
+// The three CONFIG GETs of one durability read; a reply that did not come (the connection
+// went down) tells nothing, an error (CONFIG refused) counts as not durable, as at a handshake.
+class MasterSet::DurabilityRead final : public ReplySink {
+ public:
+  DurabilityRead(MasterSet& set, std::uint32_t epoch) : set_(set), epoch_(epoch) {}
+  void on_reply(std::uint32_t index, const redisReply* reply, std::string_view) override {
+    if (reply == nullptr) {
+      answered_ = false;
+    } else {
+      read_config_get(*reply, config_);
+    }
+    if (--left_ == 0 && answered_ && !set_.closed_) set_.guard_.durability_read(index, epoch_, config_);
+  }
+
+ private:
+  MasterSet& set_;
+  const std::uint32_t epoch_;
+  ServerInfo config_;
+  int left_ = 3;
+  bool answered_ = true;
+};
+
+void MasterSet::arm_durability_read(std::uint32_t index) {
+  if (closed_ || durability_timers_[index] != 0 || !guard_.incarnation(index).durable) return;
+  durability_timers_[index] = loop_.schedule_after(kDurabilityReadEvery, [this, index] {
+    durability_timers_[index] = 0;
+    read_durability(index);
+  });
+}
+
+void MasterSet::read_durability(std::uint32_t index) {
+  // Not ready: the next handshake reads it (and on_ready arms the next read).
+  if (closed_ || !ready(index) || !guard_.incarnation(index).durable) return;
+  auto read = std::make_shared<DurabilityRead>(*this, guard_.incarnation(index).epoch);
+  // A backlog that refuses part of it leaves it unanswered: the next read tries again.
+  for (const char* parameter : {kConfigRead[1], kConfigRead[2], kConfigRead[3]}) {
+    if (!send(index, encode_command({"CONFIG", "GET", parameter}), read)) break;
+  }
+  arm_durability_read(index);
 }
 
 // Once per master and problem: again only if the problem changes (re-checked on every

@@ -194,6 +194,16 @@ void Mutex::unlock() noexcept {
 bool Mutex::extend(std::optional<Milliseconds> ttl) {
   const auto lock = held();
   if (!lock) return false;
+  // A renewing Mutex whose lease was lost (by its deadline too, which Lock::lost() does not
+  // record): the holder was told to stop, and the keys must not outlive that by another ttl.
+  if (lost()) {
+    Result result;
+    result.outcome = Outcome::lost;
+    result.message = "the held lock of '" + resource_ + "' was lost; a lost lock is never extended";
+    const std::lock_guard guard(state_mutex_);
+    last_result_ = std::move(result);
+    return false;
+  }
   Result result = client_.extend(*lock, ttl);
   const std::lock_guard guard(state_mutex_);
   if (result.ok() && held_ && held_->token == lock->token) held_ = result.lock;

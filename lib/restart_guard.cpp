@@ -60,6 +60,11 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
   return new_incarnation;
 }
 
+void RestartGuard::durability_read(std::uint32_t index, std::uint32_t epoch, const ServerInfo& config) {
+  Incarnation& master = masters_[index];
+  if (master.epoch == epoch && !config.durable()) master.durable = master.counted_at_once = false;
+}
+
 void RestartGuard::connection_lost(std::uint32_t index) {
   Incarnation& master = masters_[index];
   // Only a connection that was ready: failed attempts to reach a restarting server (refused,
@@ -100,7 +105,8 @@ std::optional<std::string> RestartGuard::counted_because(std::uint32_t index) co
   const std::uint64_t now = now_ns();
   if (now > master.started_ns && now - master.started_ns > guard_ns_) return std::nullopt;  // the age rule
   return std::string(
-      "counted at once: restarted from a durable incarnation (appendonly yes, appendfsync always; restart guard)");
+      "counted at once: restarted from a durable incarnation (appendonly yes, appendfsync always, "
+      "no-appendfsync-on-rewrite no; restart guard)");
 }
 
 bool RestartGuard::same_server(std::uint32_t a, std::uint32_t b) const {

@@ -54,6 +54,7 @@ void read_config_get(const redisReply& reply, ServerInfo& info) {
   if (name == "maxmemory-policy") info.maxmemory_policy = std::move(value);
   if (name == "appendonly") info.appendonly = std::move(value);
   if (name == "appendfsync") info.appendfsync = std::move(value);
+  if (name == "no-appendfsync-on-rewrite") info.no_appendfsync_on_rewrite = std::move(value);
 }
 
 std::string eviction_risk(std::string_view policy, std::string_view fence_key) {

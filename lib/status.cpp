@@ -323,7 +323,7 @@ void StatusQuery::assess(std::uint32_t index, const std::vector<MasterReport>& e
   }
   if (!twin.empty()) warnings.push_back("the same server as " + twin + ": one vote between them; list every server once");
   if (report.reachable && !masters_.restart_guard_enabled() && !report.durable) {
-    warnings.push_back("not durable (needs appendonly yes, appendfsync always) and the restart guard is off: a "
+    warnings.push_back("not durable (needs appendonly yes, appendfsync always, no-appendfsync-on-rewrite no) and the restart guard is off: a "
                        "restart makes it forget held locks");
   }
   if (report.clock_offset && report.clock_uncertainty) {

@@ -188,6 +188,36 @@ TEST(AttackLeaseTest, AnExtendOnAnotherClientNeverReportsMoreThanItsTtl) {
   EXPECT_LE(extending.remaining(*extended.lock), std::chrono::microseconds(2000ms));
 }
 
+// The same through a Lock built by hand from another process's fields (the public ones,
+// without Client::adopt): it carries no private state, and its `deadline` is that process's
+// clock. Its extend must not keep that deadline, nor may a Lease of it believe it holds for
+// an hour while the keys live two seconds.
+TEST(AttackLeaseTest, AnExtendOfAHandBuiltLockNeverReportsMoreThanItsTtl) {
+  RedisServerGroup masters(3);
+  auto granting_options = options_for(masters);
+  granting_options.clock = std::make_shared<HourAheadClock>();
+  Client granting(granting_options);
+  Client extending(options_for(masters));
+  ASSERT_TRUE(granting.wait_connected(3, 5s));
+  ASSERT_TRUE(extending.wait_connected(3, 5s));
+  AcquireOptions ttl;
+  ttl.ttl = 2000ms;
+  const Result held = granting.acquire("hand-built-extend", ttl);
+  ASSERT_TRUE(held) << format_result(held);
+  Lock copied;  // as another process rebuilds it from a message
+  copied.resource = held.lock->resource;
+  copied.key = held.lock->key;
+  copied.token = held.lock->token;
+  copied.ttl = held.lock->ttl;
+  copied.started = held.lock->started;
+  copied.deadline = held.lock->deadline;
+  const Result extended = extending.extend(copied, 2000ms);
+  ASSERT_EQ(extended.outcome, Outcome::extended) << format_result(extended);
+  EXPECT_LE(extended.validity, std::chrono::microseconds(2000ms)) << format_result(extended);
+  EXPECT_LE(extending.remaining(*extended.lock), std::chrono::microseconds(2000ms));
+  EXPECT_LE(extended.lock->deadline, extending.now() + 2000ms);
+}
+
 // FAILS (hole, low): "after loss no renewal is sent". renew() posts its extend to the loop;
 // when the renew timer and the loss timer are due in the same pass (the loop was late: a
 // busy machine, a slow callback), renew() runs first, then the loss is signalled, and only
@@ -247,6 +277,79 @@ TEST(AttackLeaseTest, AMutexWhoseLockWasTakenReportsNoValidityLeft) {
   std::printf("[figure] after loss (taken): remaining() = %.3f s\n", static_cast<double>(mutex.remaining().count()) / 1e6);
   EXPECT_EQ(mutex.remaining(), std::chrono::microseconds(0)) << "a lost lock still reports validity left";
   mutex.unlock();
+}
+
+// A renewing Mutex whose lease was lost by its deadline (renewals could not reach a
+// majority) must not extend the lock afterwards: the holder was told to stop, and "a lost
+// lock stays lost". Before: once the masters were back, extend() returned true and the keys
+// lived another ttl for a holder whose lost() and stop_token() said it had stopped.
+TEST(AttackLeaseTest, AMutexWhoseLeaseWasLostByItsDeadlineDoesNotExtend) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.command_timeout = 100ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  AcquireOptions acquire;
+  acquire.ttl = 4000ms;
+  LeaseOptions renew;
+  renew.loss_margin = 2500ms;  // lost about 1.5 s in: the deadline is 2.5 s later
+  Mutex mutex(client, "lost-mutex", acquire, renew);
+  mutex.lock();
+  const auto lock = mutex.held();
+  ASSERT_TRUE(lock);
+  masters[1].freeze();
+  masters[2].freeze();
+  ASSERT_TRUE(eventually([&] { return mutex.lost(); }, 4s));
+  masters[1].thaw();
+  masters[2].thaw();
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  ASSERT_LT(client.now(), lock->deadline) << "the scenario must run before the lock's deadline";
+  EXPECT_FALSE(mutex.extend()) << format_result(mutex.last_result());
+  EXPECT_TRUE(mutex.lost());
+  EXPECT_EQ(mutex.remaining(), std::chrono::microseconds(0));
+  mutex.unlock();
+}
+
+// The restart guard's verdict on a kept lock (Lock::lost(): a majority of its grantors
+// restarted) is the lease's too, as soon as the Lock says so: lost() must not report it held
+// until the loop gets round to announcing it. Here the loop is held up by another lease's
+// on_lost (a callback that blocks), announced first: before, the second lease's lost() said
+// held all that time although its Lock said lost.
+TEST(AttackLeaseTest, ALeaseIsLostAsSoonAsItsLockIsKnownLost) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.restart_guard = true;
+  options.ttl = 3000ms;
+  options.max_lock_ttl = 3000ms;
+  Client client(options);
+  ASSERT_TRUE(eventually([&] {
+    const Result r = client.acquire("warm-up");
+    if (r) client.release(*r.lock);
+    return r.ok() && r.count(MasterStatus::not_counted) == 0;
+  }, 10s));
+  std::atomic<bool> looked{false};
+  const Result first = client.acquire("guard-lost-first");
+  ASSERT_TRUE(first) << format_result(first);
+  LeaseOptions blocking;
+  blocking.on_lost = [&looked](LossReason, const Lock&) {
+    const auto until = std::chrono::steady_clock::now() + 3s;
+    while (!looked.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  };
+  Lease first_lease = client.keep(*first.lock, blocking);
+  const Result held = client.acquire("guard-lost-second");
+  ASSERT_TRUE(held) << format_result(held);
+  Lease lease = client.keep(*held.lock);
+  ASSERT_TRUE(eventually([&] { return holding(masters, held.lock->key, held.lock->token) == 3u; }));
+  for (const std::size_t i : {0u, 1u}) {
+    masters[i].kill();
+    masters[i].restart();
+  }
+  ASSERT_TRUE(eventually([&] { return held.lock->lost(); }, 5s));
+  const bool lease_lost = lease.lost();
+  looked = true;
+  EXPECT_TRUE(lease_lost) << "Lock::lost() is true but the lease still says held";
+  EXPECT_TRUE(eventually([&] { return lease.loss() == LossReason::restarted; }, 3s));
+  EXPECT_TRUE(eventually([&] { return first_lease.loss() == LossReason::restarted; }, 3s));
 }
 
 // HELD UP: keep() of a lock whose deadline has already passed signals loss (deadline) at once

@@ -459,6 +459,45 @@ TEST(RestartGuardTest, AMasterRestartedWithAofSwitchedOnIsNotCountedAtOnce) {
   EXPECT_GT(first.remaining(*held.lock).count(), 0) << "the scenario must run while the first lock is valid";
 }
 
+// The other way round: AOF switched off at run time (CONFIG SET appendonly no) on a live,
+// durable incarnation. What it grants from then on is in memory only, and a restart from the
+// unchanged config file (appendonly yes) reloads the old AOF without it. Clients connected
+// since before the switch must notice it while the connection lives, not only at a handshake
+// (before: both masters were counted at once after the restart, the lock granted after the
+// switch was not marked lost, and another Client was granted it: two holders).
+TEST(RestartGuardTest, AofSwitchedOffOnALiveMasterIsNoticedBeforeItRestarts) {
+  support::RedisServerOptions durable;
+  durable.persistence = true;
+  RedisServerGroup masters(3, durable);
+  Client first(guarded(masters, true));
+  Client second(guarded(masters, true));
+  wait_until_counted(first, "warm-up-1");
+  wait_until_counted(second, "warm-up-2");
+  for (const std::size_t i : {0u, 1u}) masters[i].command({"CONFIG", "SET", "appendonly", "no"});
+  std::this_thread::sleep_for(2500ms);  // the Clients re-read durability every second
+  const Result held = first.acquire("aof-switched-off");
+  ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
+  ASSERT_TRUE(eventually([&] { return holding(masters, held.lock->key, held.lock->token) == 3u; }));
+  for (const std::size_t i : {0u, 1u}) {
+    masters[i].kill();
+    masters[i].restart();  // appendonly yes again, from the old AOF: the key is gone
+  }
+  ASSERT_EQ(holding(masters, held.lock->key, held.lock->token), 1u);
+  ASSERT_TRUE(first.wait_connected(3, 5s));
+  ASSERT_TRUE(second.wait_connected(3, 5s));
+  std::this_thread::sleep_for(100ms);
+  ASSERT_GT(first.remaining(*held.lock).count(), 0) << "the scenario must run while the first lock is valid";
+  EXPECT_TRUE(held.lock->lost()) << "two of its three grants are gone";
+  const Result other = second.acquire("aof-switched-off");
+  if (other) second.release(*other.lock);
+  EXPECT_NE(other.outcome, Outcome::acquired) << "a second holder\n" << format_result(other);
+  for (const std::size_t i : {0u, 1u}) {
+    if (other.masters[i].status == MasterStatus::pending) continue;
+    EXPECT_EQ(other.masters[i].status, MasterStatus::not_counted) << format_result(other);
+  }
+  EXPECT_GT(first.remaining(*held.lock).count(), 0) << "the scenario must run while the first lock is valid";
+}
+
 // One server reached through two addresses is one vote: with a dead third master, the
 // twin alone must not make a quorum of 2.
 TEST(RestartGuardTest, OneServerListedTwiceGivesOneVote) {

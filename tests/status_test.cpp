@@ -266,6 +266,27 @@ TEST(StatusTest, EvictingPoliciesAreWarnedAboutNamingWhatTheyMayEvict) {
   EXPECT_FALSE(warned(status.masters[2], "maxmemory-policy")) << describe(status);
 }
 
+// Durable means no acknowledged write is lost: appendfsync always skips its fsync while a
+// rewrite or BGSAVE runs when no-appendfsync-on-rewrite is yes (redis.conf: then as safe as
+// appendfsync no), so such a master is not durable (before: durable, counted at once after a
+// restart, though an OS crash during a rewrite loses what it acknowledged).
+TEST(StatusTest, DurableNeedsEveryWriteFsyncedAlsoDuringARewrite) {
+  RedisServerOptions durable;
+  durable.persistence = true;
+  RedisServerOptions skips_fsync = durable;
+  skips_fsync.extra_args = {"--no-appendfsync-on-rewrite", "yes"};
+  RedisServer a(durable);
+  RedisServer b(skips_fsync);
+  RedisServer c;
+  Client client(options_for({a.uri(), b.uri(), c.uri()}));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const FleetStatus status = client.status();
+  EXPECT_TRUE(status.masters[0].durable) << describe(status);
+  EXPECT_EQ(status.masters[1].appendfsync, "always") << describe(status);
+  EXPECT_FALSE(status.masters[1].durable) << describe(status);
+  EXPECT_FALSE(status.masters[2].durable) << describe(status);
+}
+
 TEST(StatusTest, AHeldResourceShowsTheTokenPrefixAndPttlAndTheQuorumAgrees) {
   RedisServerGroup masters(3);
   auto options = options_for(masters);

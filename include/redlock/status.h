@@ -44,7 +44,7 @@ struct MasterReport {
   // From the handshake's CONFIG GET; "" where the server or an ACL refused it.
   std::string appendonly;
   std::string appendfsync;
-  bool durable = false;  // appendonly yes + appendfsync always
+  bool durable = false;  // appendonly yes + appendfsync always + no-appendfsync-on-rewrite no
   std::string maxmemory_policy;
 
   // TIME against this host's wall clock: server time minus the midpoint of the local

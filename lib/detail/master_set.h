@@ -27,6 +27,9 @@ class TlsContext;
 
 class MasterSet {
  public:
+  // How often a durable master's durability is read again (arm_durability_read).
+  static constexpr Milliseconds kDurabilityReadEvery{1000};
+
   // `options` must outlive the set (the ClientImpl's, with max_lock_ttl already defaulted);
   // so must `tls` (null when no master is rediss://).
   MasterSet(EventLoop& loop, const ClientOptions& options, const std::vector<Endpoint>& endpoints,
@@ -93,8 +96,15 @@ class MasterSet {
     std::string permission;         // the permission problem last warned about ("" = none)
     std::string eviction;           // the eviction risk last warned about ("" = none)
   };
+  class DurabilityRead;
   void on_ready(std::uint32_t index);
   void warn_permissions(std::uint32_t index);
+  // While master `index`'s incarnation counts as durable and its connection is ready, its
+  // durability is read again every kDurabilityReadEvery: AOF switched off at run time (CONFIG
+  // SET appendonly no) loses what is granted after it at the next restart, which a read at
+  // handshakes alone would miss on a connection that lives for days.
+  void arm_durability_read(std::uint32_t index);
+  void read_durability(std::uint32_t index);
 
   EventLoop& loop_;
   const ClientOptions& options_;
@@ -109,6 +119,7 @@ class MasterSet {
   RestartGuard guard_;
   FenceCatchUp catch_up_;
   std::vector<Warned> warned_;
+  std::vector<std::uint64_t> durability_timers_;  // EventLoop::TimerId per master, 0 = none
   bool closed_ = false;
 };
 

@@ -52,6 +52,10 @@ class RestartGuard {
   bool observe(std::uint32_t index, const ServerInfo& info);
   // A connection to master `index` was lost (after its handshake, or while trying).
   void connection_lost(std::uint32_t index);
+  // Master `index`'s durability read again on a live connection to incarnation `epoch`
+  // (MasterSet's periodic check): not durable now means not from now on (it is never turned on
+  // again before a restart).
+  void durability_read(std::uint32_t index, std::uint32_t epoch, const ServerInfo& config);
 
   // Why master `index`'s grant is not a vote now (`info`: its connection's), if it is not.
   [[nodiscard]] std::optional<std::string> not_counted(std::uint32_t index, const ServerInfo& info) const;

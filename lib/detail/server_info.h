@@ -25,6 +25,8 @@ struct ServerInfo {
   std::string maxmemory_policy;
   std::string appendonly;   // "yes" / "no"
   std::string appendfsync;  // "always" / "everysec" / "no"
+  // "yes" skips the fsync while a BGSAVE or AOF rewrite runs, even under appendfsync always.
+  std::string no_appendfsync_on_rewrite;
   std::string error;        // why run_id is unknown
   // The permission check (LockCommands::handshake_steps, docs/permissions.md): why this
   // connection's user may not run the lock paths, or the fencing paths; empty when proven
@@ -36,8 +38,11 @@ struct ServerInfo {
   std::string notify_not_permitted;
 
   // Loses no acknowledged write on restart: every write is in the AOF, fsynced before
-  // the reply. Only what CONFIG GET said; unknown counts as not durable.
-  [[nodiscard]] bool durable() const noexcept { return appendonly == "yes" && appendfsync == "always"; }
+  // the reply (also while a rewrite or BGSAVE runs). Only what CONFIG GET said; unknown
+  // counts as not durable.
+  [[nodiscard]] bool durable() const noexcept {
+    return appendonly == "yes" && appendfsync == "always" && no_appendfsync_on_rewrite == "no";
+  }
 };
 
 // What an eviction policy may do to the lock's keys, as one sentence ending in the fix
@@ -51,8 +56,12 @@ struct ServerInfo {
 // INFO server: run_id and uptime_in_seconds, read at `read_at_ns` (loop time), set run_id and
 // started_ns, or error when the reply has neither.
 void read_info_server(const redisReply& reply, std::uint64_t read_at_ns, ServerInfo& info);
-// CONFIG GET of maxmemory-policy, appendonly or appendfsync: sets that field; anything else
-// (an error, a refused CONFIG, another shape) leaves `info` alone (unknown = not durable).
+// The parameters the handshake reads with CONFIG GET, one command each (Redis before 7.0
+// takes one per command); the durability check (MasterSet) reads the last three again.
+inline constexpr const char* kConfigRead[] = {"maxmemory-policy", "appendonly", "appendfsync",
+                                              "no-appendfsync-on-rewrite"};
+// CONFIG GET of one of kConfigRead: sets that field; anything else (an error, a refused
+// CONFIG, another shape) leaves `info` alone (unknown = not durable).
 void read_config_get(const redisReply& reply, ServerInfo& info);
 
 // One command the connection sends in every handshake after INFO and CONFIG GET, and what
