@@ -299,6 +299,46 @@ TEST(AclTest, TheIssuesUserStrandsNoLock) {
   EXPECT_EQ(with_key(masters.group, "redlock:ledger"), 0u) << format_result(result);
 }
 
+// The same user on a master reached while it loads its dataset after a restart: Redis answers
+// SCRIPT LOAD and the scripts with LOADING there, before any of them runs a command the ACL
+// would refuse, so that handshake proves nothing. It must not count as proof: before, the
+// master was sent lock SETs once loaded and every release of it failed (a key left for its ttl).
+TEST(AclTest, AHandshakeWithAMasterStillLoadingProvesNoPermission) {
+  Masters masters(2);
+  masters.set_user(0, documented_acl());
+  masters.set_user(1, documented_acl());
+  support::RedisServerOptions loading;
+  // The issue's user, from the configuration (an ACL SETUSER would not survive the restart),
+  // and a dataset that loads slowly (20,000 keys at 100 us each) answering while it loads
+  // (by default it reads its clients only every 2 MB loaded: this RDB is smaller).
+  loading.extra_args = {"--enable-debug-command", "yes", "--key-load-delay", "100",
+                        "--loading-process-events-interval-bytes", "1024", "--user", kUser, "on",
+                        std::string(">") + kPassword, "~redlock:*", "+set", "+eval", "+evalsha", "+script",
+                        "+ping", "+info", "+hello", "+auth"};
+  loading.start_timeout = 20s;
+  support::RedisServer slow(loading);
+  ASSERT_EQ(slow.command({"DEBUG", "POPULATE", "20000", "filler"}).type, Reply::Type::status);
+  ASSERT_EQ(slow.command({"SAVE"}).type, Reply::Type::status);
+  Warnings warnings;
+  auto options = lock_user_options(masters, warnings);
+  options.masters.push_back(as_user(slow.uri()));
+  options.reconnect_min = 20ms;
+  options.reconnect_max = 50ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  slow.restart();  // returns once it answers PING: loaded; the Client reconnected meanwhile
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  Result result;
+  ASSERT_TRUE(eventually([&] {
+    result = client.acquire("ledger");
+    if (result.lock) client.release(*result.lock);
+    return result.masters[2].status != MasterStatus::not_connected;
+  }));
+  EXPECT_EQ(result.masters[2].status, MasterStatus::not_permitted) << format_result(result);
+  EXPECT_TRUE(eventually([&] { return with_key(masters.group, "redlock:ledger") == 0u; }));
+  EXPECT_EQ(slow.command({"EXISTS", "redlock:ledger"}).integer, 0) << "a key its release could not delete";
+}
+
 // The tool: when every master refuses the lock user's permissions, `redlock acquire` exits
 // 77 (EX_NOPERM, a configuration problem, not an outage) and prints no password.
 TEST(AclTest, TheToolExits77WhenNoMasterPermitsAndPrintsNoPassword) {
