@@ -2,9 +2,12 @@
 // The N masters of one Client (detail/master_set.h).
 #include "detail/master_set.h"
 
+#include <hiredis/hiredis.h>
+
 #include "detail/commands.h"
 #include "detail/event_loop.h"
 #include "detail/lock_commands.h"
+#include "detail/loop_time.h"
 #include "detail/quorum.h"
 
 namespace redlock::detail {
@@ -131,30 +134,39 @@ void MasterSet::on_ready(std::uint32_t index) {
   arm_durability_read(index);
 }
 
-// The three CONFIG GETs of one durability read; a reply that did not come (the connection
-// went down) tells nothing, an error (CONFIG refused) counts as not durable, as at a handshake.
+// The three CONFIG GETs of one durability read. A reply that did not come (the connection
+// went down) or a LOADING / BUSY error (the server's state, not its configuration) tells
+// nothing; another error (CONFIG refused by the ACL) counts as not durable, as at a handshake.
+// A read that tells nothing does not move durable_seen_ns: reads that keep telling nothing
+// end the counting at once after a restart (RestartGuard::kDurableReadGapNs).
 class MasterSet::DurabilityRead final : public ReplySink {
  public:
-  DurabilityRead(MasterSet& set, std::uint32_t epoch) : set_(set), epoch_(epoch) {}
+  DurabilityRead(MasterSet& set, std::uint32_t epoch) : set_(set), epoch_(epoch), sent_ns_(now_ns()) {}
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view) override {
-    if (reply == nullptr) {
+    if (reply == nullptr || is_server_state(*reply)) {
       answered_ = false;
     } else {
       read_config_get(*reply, config_);
     }
-    if (--left_ == 0 && answered_ && !set_.closed_) set_.guard_.durability_read(index, epoch_, config_);
+    if (--left_ == 0 && answered_ && !set_.closed_) set_.guard_.durability_read(index, epoch_, config_, sent_ns_);
   }
 
  private:
+  static bool is_server_state(const redisReply& reply) {
+    if (reply.type != REDIS_REPLY_ERROR) return false;
+    const std::string_view text(reply.str, reply.len);
+    return text.starts_with("LOADING ") || text.starts_with("BUSY ");
+  }
   MasterSet& set_;
   const std::uint32_t epoch_;
+  const std::uint64_t sent_ns_;
   ServerInfo config_;
   int left_ = 3;
   bool answered_ = true;
 };
 
 void MasterSet::arm_durability_read(std::uint32_t index) {
-  if (closed_ || durability_timers_[index] != 0 || !guard_.incarnation(index).durable) return;
+  if (closed_ || !guard_.enabled() || durability_timers_[index] != 0 || !guard_.incarnation(index).durable) return;
   durability_timers_[index] = loop_.schedule_after(kDurabilityReadEvery, [this, index] {
     durability_timers_[index] = 0;
     read_durability(index);

@@ -24,7 +24,11 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
     // the address (RestartGuardTest.ADurableServerTakingOverTheAddressIsNotCountedAtOnce).
     // info.started_ns is the latest the new one can have started (uptime is in whole seconds:
     // a server started up to about 2 s before the loss still passes).
-    const bool kept_keys = master.durable && info.durable() && info.started_ns >= master.lost_ns;
+    // And only if this Client knew the old one durable until shortly before the new one started
+    // (durability switched off while this Client was cut off from it, or while reads went
+    // unanswered, is not seen: RestartGuardTest.ADurableMasterRestartedLongAfterThisClientLostItIsNotCountedAtOnce).
+    const bool kept_keys = master.durable && info.durable() && info.started_ns >= master.lost_ns &&
+                           info.started_ns <= master.durable_seen_ns + kDurableReadGapNs;
     const std::uint64_t now = now_ns();
     master.run_id = info.run_id;
     any_same_server_ = false;
@@ -56,13 +60,20 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
     master.started_ns = std::max(master.started_ns, info.started_ns);
   }
   if (!info.durable()) master.durable = master.counted_at_once = false;  // durability switched off: from now on
+  if (master.durable) master.durable_seen_ns = now_ns();
   master.connected = true;
   return new_incarnation;
 }
 
-void RestartGuard::durability_read(std::uint32_t index, std::uint32_t epoch, const ServerInfo& config) {
+void RestartGuard::durability_read(std::uint32_t index, std::uint32_t epoch, const ServerInfo& config,
+                                   std::uint64_t sent_ns) {
   Incarnation& master = masters_[index];
-  if (master.epoch == epoch && !config.durable()) master.durable = master.counted_at_once = false;
+  if (master.epoch != epoch) return;
+  if (!config.durable()) {
+    master.durable = master.counted_at_once = false;
+  } else if (master.durable) {
+    master.durable_seen_ns = std::max(master.durable_seen_ns, sent_ns);
+  }
 }
 
 void RestartGuard::connection_lost(std::uint32_t index) {

@@ -498,6 +498,36 @@ TEST(RestartGuardTest, AofSwitchedOffOnALiveMasterIsNoticedBeforeItRestarts) {
   EXPECT_GT(first.remaining(*held.lock).count(), 0) << "the scenario must run while the first lock is valid";
 }
 
+// What this Client knows of a durable master's durability ends when it loses the connection:
+// AOF may be switched off after that (grants from other Clients then in memory only) and the
+// master restarted much later. So a restart counts at once only if the new incarnation started
+// soon after this Client last read the old one durable (RestartGuard::kDurableReadGap).
+// Before, a Client cut off from master 0 for 6 s, which then restarted, counted it at once.
+TEST(RestartGuardTest, ADurableMasterRestartedLongAfterThisClientLostItIsNotCountedAtOnce) {
+  support::RedisServerOptions durable;
+  durable.persistence = true;
+  RedisServerGroup masters(3, durable);
+  TcpProxy address(masters[0].port(), {});
+  auto options = guarded(masters, true);
+  options.masters = {address.uri(), masters[1].uri(), masters[2].uri()};
+  options.reconnect_min = 100ms;
+  options.reconnect_max = 100ms;
+  Client client(options);
+  wait_until_counted(client, "warm-up");
+  address.retarget(1);  // cut off: port 1, where nothing listens
+  std::this_thread::sleep_for(6s);
+  masters[0].kill();
+  masters[0].restart();
+  address.retarget(masters[0].port());
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  masters[2].freeze();  // the decision then waits for master 0's row
+  const Result after = client.acquire("restarted-while-cut-off");
+  masters[2].thaw();
+  if (after) client.release(*after.lock);
+  EXPECT_EQ(after.masters[0].status, MasterStatus::not_counted) << format_result(after);
+  EXPECT_NE(after.masters[0].error.find("counted after"), std::string::npos) << format_result(after);
+}
+
 // One server reached through two addresses is one vote: with a dead third master, the
 // twin alone must not make a quorum of 2.
 TEST(RestartGuardTest, OneServerListedTwiceGivesOneVote) {

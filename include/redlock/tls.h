@@ -9,7 +9,8 @@
 //   - the server's certificate chain up to a trusted CA (ca_file / ca_dir, else the
 //     system store), including validity dates;
 //   - that the certificate names the server: DNS names against a subjectAltName dNSName
-//     (no partial wildcards), IP literals against a subjectAltName iPAddress;
+//     (no partial wildcards; the subject CN when it has no DNS subjectAltName, as OpenSSL
+//     checks), IP literals against a subjectAltName iPAddress;
 //   - TLS 1.2 or newer (never lower, whatever OpenSSL's configuration allows).
 // See docs/tls.md for what is not verified and for the failure reasons.
 //

@@ -31,6 +31,10 @@ struct Incarnation {
   // this Client has seen the run_id change, never before it saw the new one. Only moves later.
   std::uint64_t started_ns = 0;
   bool durable = false;         // appendonly yes + appendfsync always, as first seen
+  // Loop time of the last read that showed this incarnation durable (a handshake, or the
+  // durability read MasterSet sends every second): what this Client knows of its durability
+  // ends there (AOF may be switched off after it).
+  std::uint64_t durable_seen_ns = 0;
   // A connection to this incarnation completed its handshake and has not been lost since.
   bool connected = false;
   // Loop time when such a connection was last lost: the last moment this Client knew the
@@ -45,6 +49,11 @@ struct Incarnation {
 
 class RestartGuard {
  public:
+  // A restart keeps its votes and counts at once only if the new incarnation started within
+  // this long after this Client last read the old one durable: one durability read interval,
+  // the 2 s uptime can over-report, and 2 s to restart.
+  static constexpr std::uint64_t kDurableReadGapNs = 5'000'000'000;
+
   RestartGuard(std::uint32_t size, std::uint32_t quorum, bool enabled, std::chrono::milliseconds max_lock_ttl);
 
   // A connection to master `index` completed its handshake and read `info`. Returns true
@@ -53,9 +62,9 @@ class RestartGuard {
   // A connection to master `index` was lost (after its handshake, or while trying).
   void connection_lost(std::uint32_t index);
   // Master `index`'s durability read again on a live connection to incarnation `epoch`
-  // (MasterSet's periodic check): not durable now means not from now on (it is never turned on
-  // again before a restart).
-  void durability_read(std::uint32_t index, std::uint32_t epoch, const ServerInfo& config);
+  // (MasterSet's periodic check), sent at `sent_ns`: not durable now means not from now on (it
+  // is never turned on again before a restart); durable moves durable_seen_ns.
+  void durability_read(std::uint32_t index, std::uint32_t epoch, const ServerInfo& config, std::uint64_t sent_ns);
 
   // Why master `index`'s grant is not a vote now (`info`: its connection's), if it is not.
   [[nodiscard]] std::optional<std::string> not_counted(std::uint32_t index, const ServerInfo& info) const;
