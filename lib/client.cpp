@@ -75,7 +75,7 @@ std::chrono::microseconds Client::drift(Milliseconds ttl) const noexcept { retur
 std::chrono::steady_clock::time_point Client::now() const { return impl_->clock().now(); }
 
 std::chrono::microseconds Client::remaining(const Lock& lock) const {
-  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(lock.deadline - impl_->clock().now());
+  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(impl_->deadline_of(lock) - impl_->clock().now());
   return std::max(left, std::chrono::microseconds{0});
 }
 
@@ -118,6 +118,11 @@ std::shared_ptr<Operation> release_operation(const ClientImpl& client, Lock lock
 bool ClientImpl::granted_here(const Lock& lock) const noexcept {
   const auto& state = LockAccess::state(lock);
   return state && state->granted_by == id_;
+}
+
+std::chrono::steady_clock::time_point ClientImpl::deadline_of(const Lock& lock) const noexcept {
+  if (!granted_here(lock)) return lock.deadline;
+  return std::min(lock.deadline, LockAccess::state(lock)->deadline());
 }
 
 OperationId ClientImpl::extend_async(Lock lock, Callback done, std::optional<Milliseconds> ttl) {

@@ -270,7 +270,7 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
     const Lock& lock = op->extend().lock;
     // An adopted lock's deadline says nothing (its validity is unknown here): the masters
     // decide whether it is still ours.
-    if (!lock.adopted() && round->sent_at() >= lock.deadline) {
+    if (!lock.adopted() && round->sent_at() >= deadline_of(lock)) {
       round->close();
       Result expired;
       expired.outcome = Outcome::validity_expired;
@@ -385,7 +385,7 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
   auto deadline = started + op->ttl - drift;
   // An extend never shortens (the script keeps a longer PTTL), so the lock's deadline never
   // moves earlier. An adopted lock's old deadline means nothing.
-  if (!acquiring && !op->extend().lock.adopted()) deadline = std::max(deadline, op->extend().lock.deadline);
+  if (!acquiring && !op->extend().lock.adopted()) deadline = std::max(deadline, deadline_of(op->extend().lock));
   const auto now = clock_->now();
   const auto validity = std::chrono::duration_cast<microseconds>(deadline - now);
   if (validity <= options_.min_validity) {
@@ -417,6 +417,7 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
   lock.ttl = op->ttl;
   lock.started = started;
   lock.deadline = deadline;
+  LockAccess::state(lock)->raise_deadline(deadline);
   if (acquiring) note_held(op->key, validity, op->id);
   result.outcome = acquiring ? Outcome::acquired : Outcome::extended;
   result.lock = std::move(lock);

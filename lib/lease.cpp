@@ -98,6 +98,7 @@ std::shared_ptr<LeaseCore> LeaseCore::keep(ClientImpl& client, Lock lock, const 
                      "it on this Client first and keep the extend's Lock");
   }
   auto settings = lease_settings(client.options(), lock.ttl, options);
+  lock.deadline = client.deadline_of(lock);  // an edited copy's is not believed
   auto core = std::make_shared<LeaseCore>(client, std::move(lock), std::move(settings));
   if (!client.loop().post([&client, core] { client.keep_lease(core); })) core->client_gone();
   return core;

@@ -284,7 +284,9 @@ void StatusQuery::assess(std::uint32_t index, const std::vector<MasterReport>& e
     const ServerInfo& info = masters_.server_info(index);
     report.appendonly = diagnostics_.shown(info.appendonly);
     report.appendfsync = diagnostics_.shown(info.appendfsync);
-    report.durable = info.durable();
+    // As the restart guard judges it: durability switched off since the handshake (read again
+    // every second with the guard on) or switched on after this incarnation was first seen.
+    report.durable = info.durable() && masters_.incarnation(index).durable;
     report.maxmemory_policy = diagnostics_.shown(info.maxmemory_policy);
     report.not_permitted = diagnostics_.shown(info.not_permitted);
     report.fence_not_permitted = diagnostics_.shown(info.fence_not_permitted);

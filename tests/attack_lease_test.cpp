@@ -279,6 +279,28 @@ TEST(AttackLeaseTest, AMutexWhoseLockWasTakenReportsNoValidityLeft) {
   mutex.unlock();
 }
 
+// A Lock this Client granted, its public `deadline` edited (or copied over from elsewhere):
+// the Client knows the real one, and neither extend (max of old and new), remaining() nor a
+// Lease may believe the edited one. Before: an hour of validity for a 2 s ttl.
+TEST(AttackLeaseTest, AnEditedDeadlineOfALockGrantedHereIsNotBelieved) {
+  RedisServerGroup masters(3);
+  Client client(options_for(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result held = acquire_with_ttl(client, "edited-deadline", 2000ms);
+  ASSERT_TRUE(held) << format_result(held);
+  Lock edited = *held.lock;
+  edited.deadline += std::chrono::hours(1);
+  EXPECT_LE(client.remaining(edited), std::chrono::microseconds(2000ms));
+  const Result extended = client.extend(edited, 2000ms);
+  ASSERT_EQ(extended.outcome, Outcome::extended) << format_result(extended);
+  EXPECT_LE(extended.validity, std::chrono::microseconds(2000ms)) << format_result(extended);
+  EXPECT_LE(extended.lock->deadline, client.now() + 2000ms);
+  Lock edited_again = *extended.lock;
+  edited_again.deadline += std::chrono::hours(1);
+  Lease lease = client.keep(edited_again);
+  EXPECT_LE(lease.deadline(), client.now() + 2000ms);
+}
+
 // A renewing Mutex whose lease was lost by its deadline (renewals could not reach a
 // majority) must not extend the lock afterwards: the holder was told to stop, and "a lost
 // lock stays lost". Before: once the masters were back, extend() returned true and the keys

@@ -287,6 +287,28 @@ TEST(StatusTest, DurableNeedsEveryWriteFsyncedAlsoDuringARewrite) {
   EXPECT_FALSE(status.masters[2].durable) << describe(status);
 }
 
+// A master whose AOF is switched off at run time is not durable from then on, for the restart
+// guard (RestartGuardTest.AofSwitchedOffOnALiveMasterIsNoticedBeforeItRestarts) and in the
+// status rows alike: before, the row kept what the handshake had read.
+TEST(StatusTest, AofSwitchedOffAtRunTimeIsShownNotDurable) {
+  RedisServerOptions durable;
+  durable.persistence = true;
+  RedisServer a(durable);
+  RedisServer b(durable);
+  RedisServer c(durable);
+  auto options = options_for({a.uri(), b.uri(), c.uri()});
+  options.restart_guard = true;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const FleetStatus before = client.status();
+  EXPECT_TRUE(before.masters[0].durable) << describe(before);
+  a.command({"CONFIG", "SET", "appendonly", "no"});
+  std::this_thread::sleep_for(2500ms);  // the Client re-reads durability every second
+  const FleetStatus after = client.status();
+  EXPECT_FALSE(after.masters[0].durable) << describe(after);
+  EXPECT_TRUE(after.masters[1].durable) << describe(after);
+}
+
 TEST(StatusTest, AHeldResourceShowsTheTokenPrefixAndPttlAndTheQuorumAgrees) {
   RedisServerGroup masters(3);
   auto options = options_for(masters);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -31,6 +32,20 @@ class LockState {
   // Any thread.
   std::atomic<bool> lost{false};
 
+  // The latest deadline (on the granting Client's validity clock) this Client granted the lock
+  // (acquire, extend); raised on the loop thread, read anywhere. A Lock's public `deadline` is
+  // the caller's copy: an edited one must not be believed (the Client uses the earlier of the
+  // two: an older copy keeps its own).
+  void raise_deadline(std::chrono::steady_clock::time_point to) noexcept {
+    const auto ns = to.time_since_epoch().count();
+    auto seen = deadline_ns_.load(std::memory_order_relaxed);
+    while (seen < ns && !deadline_ns_.compare_exchange_weak(seen, ns, std::memory_order_release)) {
+    }
+  }
+  [[nodiscard]] std::chrono::steady_clock::time_point deadline() const noexcept {
+    return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(deadline_ns_.load(std::memory_order_acquire)));
+  }
+
   // Loop thread only. Per master: the incarnation (Client-local epoch of its run_id) that
   // granted the lock, 0 if it did not. `votes` counts the non-zero entries.
   SmallArray<std::uint32_t> epochs;
@@ -41,6 +56,9 @@ class LockState {
   // Loop thread only. The leases keeping this lock that on_lost tells; expired entries are
   // dropped whenever one is added, so it holds no more than the leases alive then.
   std::vector<std::weak_ptr<LeaseCore>> leases;
+
+ private:
+  std::atomic<std::chrono::steady_clock::rep> deadline_ns_{std::chrono::steady_clock::time_point::min().time_since_epoch().count()};
 };
 
 // The library's way into a Lock's private part.
