@@ -390,10 +390,13 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
     }
   }
 
+  // A grant below --min-holders is judged without the tolerance: its window (the read-back,
+  // well under a millisecond) bounds its overlap, which the tolerance would always excuse.
   overlapping_pairs(
-      grants, [](const Grant& g) { return g.granted_ns; }, [](const Grant& g) { return g.end(); },
-      options.tolerance_ns, [&](const Grant& a, const Grant& b, std::int64_t from, std::int64_t to) {
+      grants, [](const Grant& g) { return g.granted_ns; }, [](const Grant& g) { return g.end(); }, 0,
+      [&](const Grant& a, const Grant& b, std::int64_t from, std::int64_t to) {
         if (!a.binds_later) return;  // the earlier one was held by too few masters to promise anything
+        if (b.binds_later && to - from <= options.tolerance_ns) return;
         Violation v = pair_violation(ViolationKind::mutual_exclusion, a, b, from, to);
         v.faults = active_faults(faults, a.granted_ns, to);
         v.description = "process " + std::to_string(b.process) + " was granted '" + b.resource + "' while process " +

@@ -7,7 +7,8 @@
 //    acquire returned it, ends when its holder invoked release or when its validity deadline
 //    passed, whichever is first. A grant held by fewer masters than --min-holders asked
 //    (released unused) binds no later grant, but may not overlap an earlier grant held on
-//    enough masters; it is left out of the liveness gap, not out of the fencing checks.
+//    enough masters at all (no tolerance: its window, the read-back, is shorter than it); it is
+//    left out of the liveness gap, not out of the fencing checks.
 //  - oracle: two processes inside the harness-owned resource at once ([enter, leave]
 //    intervals overlap by more than the tolerance). This is what the holders actually did,
 //    whatever the lock thought: a holder paused past its deadline shows up here.

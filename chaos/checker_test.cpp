@@ -222,6 +222,36 @@ TEST(Checker, AGrantBelowMinHoldersIsJudgedOnlyAsTheLaterParty) {
   EXPECT_EQ(r.mutual_exclusion_violations, 1u) << r.table();
 }
 
+// The same with the window the harness really gives a grant below --min-holders: from the
+// acquire's return through the read-back to its release, well under the 1 ms tolerance. Its
+// overlap with a grant held on enough masters is never more than its own window, so the
+// tolerance must not apply to it (before: 0 violations, whatever the weak grant overlapped).
+TEST(Checker, AGrantBelowMinHoldersOverlappingByLessThanTheToleranceIsAViolation) {
+  std::vector<Event> h;
+  hold(h, 0, "strong", 10, 1000, 30);
+  Event e;
+  e.process = 1;
+  e.resource = "r";
+  e.token = "weak";
+  e.type = EventType::acquire_invoke;
+  e.t_ns = 19 * kMs;
+  h.push_back(e);
+  e.type = EventType::acquire_ok;
+  e.started_ns = 19 * kMs;
+  e.t_ns = 20 * kMs;
+  e.deadline_ns = 1000 * kMs;
+  e.detail = std::string(kBelowMinHoldersPrefix) + "held by 3 of 5 masters; released unused";
+  h.push_back(e);
+  e.started_ns = 0;
+  e.detail.clear();
+  e.type = EventType::release;
+  e.t_ns = 20 * kMs + kMs / 2;  // the read-back took half a millisecond
+  h.push_back(e);
+  const CheckReport r = check_history(h);
+  EXPECT_EQ(r.mutual_exclusion_violations, 1u) << r.table();
+  EXPECT_EQ(r.grants_below_min_holders, 1u);
+}
+
 // Two acquires in flight together may be granted in either token order: only one begun after
 // the other's grant is bound by it.
 TEST(Checker, GrantsWhoseAcquiresOverlapAreNotOrderedByToken) {
