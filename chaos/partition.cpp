@@ -2,7 +2,10 @@
 #include "partition.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +13,7 @@
 
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -124,11 +128,48 @@ Partitioner::Partitioner() : table_("redlock_chaos_" + std::to_string(::getpid()
 
 Partitioner::~Partitioner() { (void)run_nft("delete table inet " + table_ + "\n"); }
 
+namespace {
+
+// Whether anything answers a TCP connect from `cut.client_address` to the master within
+// `wait` (a connection, or a refusal: either way the packets got through). A cut drops them.
+bool answered(const Cut& cut, std::chrono::milliseconds wait) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(cut.master_port);
+  if (::inet_pton(AF_INET, cut.client_address.c_str(), &from.sin_addr) != 1 ||
+      ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr) != 1 ||
+      ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    throw std::runtime_error("cannot probe the cut from " + cut.client_address + ": " + why);
+  }
+  bool got_answer = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0 || errno != EINPROGRESS;
+  if (!got_answer) {
+    pollfd p{fd, POLLOUT, 0};
+    got_answer = ::poll(&p, 1, static_cast<int>(wait.count())) > 0;
+  }
+  ::close(fd);
+  return got_answer;
+}
+
+}  // namespace
+
 void Partitioner::set(const std::vector<Cut>& cuts) {
   // Deleting and re-creating the table in one script is one atomic transaction in nft.
   const std::string script = "table inet " + table_ + "\ndelete table inet " + table_ + "\n" + table_script(table_, cuts);
   const NftResult r = run_nft(script);
   if (r.status != 0) throw std::runtime_error("nft failed (status " + std::to_string(r.status) + "): " + r.error);
+  // nft accepting the rules is not proof that they drop anything (a wrong hook, address or
+  // port would pass a clean run with no partition at all): one cut of the transaction is
+  // probed, and the run fails if anything answers it.
+  if (!cuts.empty() && answered(cuts.front(), std::chrono::milliseconds(100))) {
+    throw std::runtime_error("the partition did not take effect: a connect from " + cuts.front().client_address +
+                             " to 127.0.0.1:" + std::to_string(cuts.front().master_port) + " was answered");
+  }
 }
 
 }  // namespace redlock::chaos
