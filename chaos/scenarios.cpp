@@ -17,6 +17,28 @@ using support::RedisServer;
 using Masters = std::vector<std::unique_ptr<RedisServer>>;
 
 std::string master_name(const RedisServer& s) { return "master 127.0.0.1:" + std::to_string(s.port()); }
+
+// Jumps `master`'s clock forward and checks, with TIME, that the server sees it: the shim is
+// only preloaded (a shim that did not load, or a clock call it does not cover, leaves the
+// server on the real clock, and a clean run would prove nothing about clock faults).
+void jump_clock(ClockControl& clock, const RedisServer& master, std::chrono::milliseconds forward) {
+  clock.jump(forward);
+  const support::Reply time = master.command({"TIME"});
+  const auto here = std::chrono::system_clock::now().time_since_epoch();
+  if (time.type != support::Reply::Type::array || time.elements.size() != 2) {
+    throw std::runtime_error("TIME on " + master_name(master) + " did not answer two numbers: " + time.str);
+  }
+  const auto there = std::chrono::seconds(std::stoll(time.elements[0].str)) +
+                     std::chrono::microseconds(std::stoll(time.elements[1].str));
+  const auto ahead = std::chrono::duration_cast<std::chrono::milliseconds>(there - here);
+  // Its offset can only have grown since (a fast rate); 200 ms for the command's own time.
+  const auto expected = std::chrono::duration_cast<std::chrono::milliseconds>(clock.offset()) - 200ms;
+  if (ahead < expected) {
+    throw std::runtime_error("the clock fault did not take effect: " + master_name(master) + "'s TIME is " +
+                             std::to_string(ahead.count()) + " ms from this host's, expected at least " +
+                             std::to_string(expected.count()) + " ms ahead");
+  }
+}
 std::size_t minority_of(std::size_t n) { return (n - 1) / 2; }
 std::size_t quorum_of(std::size_t n) { return n / 2 + 1; }
 std::string restart_kind(const Config& config) { return config.aof ? "(AOF, fsync always)" : "(no persistence)"; }
@@ -255,7 +277,7 @@ void clock_faults(const Config& config, Run& run, Cluster& cluster) {
       const auto jump = config.ttl * run.uniform(2, 4);
       const std::int64_t id = run.fault_start("clock of " + master_name(*cluster.masters[i]) + " jumps forward " +
                                               std::to_string(jump.count()) + " ms");
-      clocks[i]->jump(jump);
+      jump_clock(*clocks[i], *cluster.masters[i], jump);
       run.fault_end(id);
       run.sleep(run.uniform_ms(300, 800));
     } else {
@@ -295,7 +317,7 @@ void clock_jumps_k3(const Config& config, Run& run, Cluster& cluster) {
     if (held) {
       jump_id = run.fault_start("clock of " + master_name(*masters[order[0]]) + " jumps forward " +
                                 std::to_string((config.ttl * 2).count()) + " ms while a k=3 grant holds");
-      clocks[order[0]]->jump(config.ttl * 2);
+      jump_clock(*clocks[order[0]], *masters[order[0]], config.ttl * 2);
     }
     for (const std::size_t i : blocked) masters[i]->command({"DEL", key});
     run.fault_end(block_id);
