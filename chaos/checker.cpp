@@ -244,6 +244,7 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
         Grant g;
         g.binds_later = e.detail.rfind(kBelowMinHoldersPrefix, 0) != 0;
         ++(g.binds_later ? report.grants : report.grants_below_min_holders);
+        if (e.deadline_ns != 0 && e.deadline_ns <= e.t_ns) ++report.grants_expired_at_return;
         g.process = e.process;
         g.resource = e.resource;
         g.token = e.token;
@@ -495,6 +496,7 @@ nlohmann::json CheckReport::to_json() const {
   j["writes_rejected"] = writes_rejected;
   j["store_errors"] = store_errors;
   j["grants_below_min_holders"] = grants_below_min_holders;
+  j["grants_expired_at_return"] = grants_expired_at_return;
   j["late_writes_accepted"] = late_writes_accepted;
   j["late_writes_rejected"] = late_writes_rejected;
   j["live_oracle_conflicts"] = live_oracle_conflicts;
@@ -546,6 +548,7 @@ std::string CheckReport::table(std::size_t lines) const {
   row("acquires invoked", acquires);
   row("grants", grants);
   if (grants_below_min_holders != 0) row("grants below --min-holders (released unused)", grants_below_min_holders);
+  if (grants_expired_at_return != 0) row("grants already past their deadline when returned", grants_expired_at_return);
   row("failed acquires", failures);
   row("releases", releases);
   row("writes accepted", writes_accepted);

@@ -78,6 +78,9 @@ struct CheckReport {
   // Grants held by fewer masters than --min-holders asked, released unused (not in `grants`):
   // judged only as the later party of a mutual-exclusion pair.
   std::size_t grants_below_min_holders = 0;
+  // Grants whose validity deadline had passed when the acquire returned them (their window is
+  // empty, so no overlap check sees them): a clean run must have none.
+  std::size_t grants_expired_at_return = 0;
   std::size_t failures = 0;
   std::size_t releases = 0;
   std::size_t writes_accepted = 0;

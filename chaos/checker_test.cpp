@@ -252,6 +252,17 @@ TEST(Checker, AGrantBelowMinHoldersOverlappingByLessThanTheToleranceIsAViolation
   EXPECT_EQ(r.grants_below_min_holders, 1u);
 }
 
+// A grant returned after its own deadline has an empty window: no overlap check can see it,
+// so it is counted (a clean run must have none).
+TEST(Checker, AGrantReturnedPastItsDeadlineIsCounted) {
+  std::vector<Event> h;
+  hold(h, 0, "late", 20, 15, 30);
+  hold(h, 1, "fine", 40, 1000, 50);
+  const CheckReport r = check_history(h);
+  EXPECT_EQ(r.grants_expired_at_return, 1u) << r.table();
+  EXPECT_EQ(r.grants, 2u);
+}
+
 // Two acquires in flight together may be granted in either token order: only one begun after
 // the other's grant is bound by it.
 TEST(Checker, GrantsWhoseAcquiresOverlapAreNotOrderedByToken) {

@@ -75,6 +75,10 @@ bool check_expectations(const Config& config, const CheckReport& report) {
       // (--scenario none with the library is a run without faults on purpose: a control.)
       const bool control = config.library() && config.scenario == "none";
       if (report.faults == 0 && !control) fail("at least one fault injected (a clean run without faults shows nothing)");
+      if (report.grants_expired_at_return != 0) {
+        fail("no grant already past its deadline when the acquire returned it (got " +
+             std::to_string(report.grants_expired_at_return) + ")");
+      }
     } else if (e.rfind("violation:", 0) == 0) {
       const ViolationKind kind = kind_of(e.substr(10));
       if (report.count(kind) == 0) fail("at least one " + e.substr(10) + " violation");
