@@ -334,6 +334,7 @@ CheckReport check_history(const std::vector<Event>& unsorted, const CheckOptions
 
   auto add = [&](Violation v) {
     ++report.count(v.kind);
+    if (!v.faults.empty()) ++report.during_faults[static_cast<std::size_t>(v.kind)];
     if (report.violations.size() < options.max_listed) report.violations.push_back(std::move(v));
   };
 

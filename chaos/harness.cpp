@@ -13,7 +13,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
@@ -75,19 +74,14 @@ bool check_expectations(const Config& config, const CheckReport& report) {
       // (--scenario none with the library is a run without faults on purpose: a control.)
       const bool control = config.library() && config.scenario == "none";
       if (report.faults == 0 && !control) fail("at least one fault injected (a clean run without faults shows nothing)");
-      if (report.grants_expired_at_return != 0) {
-        fail("no grant already past its deadline when the acquire returned it (got " +
-             std::to_string(report.grants_expired_at_return) + ")");
-      }
+
     } else if (e.rfind("violation:", 0) == 0) {
       const ViolationKind kind = kind_of(e.substr(10));
       if (report.count(kind) == 0) fail("at least one " + e.substr(10) + " violation");
       // A control that injects faults shows what they do only with a violation while one was
       // active: one from any other cause (a checker false positive, a harness artifact) would
       // pass it just the same. (Strategies that break without faults inject none.)
-      const bool during_a_fault = std::any_of(report.violations.begin(), report.violations.end(),
-                                              [&](const Violation& v) { return v.kind == kind && !v.faults.empty(); });
-      if (report.count(kind) != 0 && report.faults != 0 && !during_a_fault) {
+      if (report.count(kind) != 0 && report.faults != 0 && report.during_faults[static_cast<std::size_t>(kind)] == 0) {
         fail("a " + e.substr(10) + " violation while a fault was active (every one was outside the faults)");
       }
     } else if (e.rfind("no-violation:", 0) == 0) {

@@ -75,6 +75,7 @@ std::chrono::microseconds Client::drift(Milliseconds ttl) const noexcept { retur
 std::chrono::steady_clock::time_point Client::now() const { return impl_->clock().now(); }
 
 std::chrono::microseconds Client::remaining(const Lock& lock) const {
+  if (!impl_->granted_here(lock)) return std::chrono::microseconds{0};  // its validity is unknown here
   const auto left = std::chrono::duration_cast<std::chrono::microseconds>(impl_->deadline_of(lock) - impl_->clock().now());
   return std::max(left, std::chrono::microseconds{0});
 }
@@ -95,6 +96,7 @@ std::shared_ptr<Operation> extend_operation(const ClientImpl& client, Lock lock,
     LockAccess::set_adopted(lock, true);
     auto state = client.make_lock_state(client.size());
     state->granted_by = client.id();
+    state->owner = owner_of(lock.key, lock.token);
     LockAccess::set_state(lock, std::move(state));
   }
   auto op = client.make_operation();
@@ -117,7 +119,7 @@ std::shared_ptr<Operation> release_operation(const ClientImpl& client, Lock lock
 
 bool ClientImpl::granted_here(const Lock& lock) const noexcept {
   const auto& state = LockAccess::state(lock);
-  return state && state->granted_by == id_;
+  return state && state->granted_by == id_ && state->owner == owner_of(lock.key, lock.token);
 }
 
 std::chrono::steady_clock::time_point ClientImpl::deadline_of(const Lock& lock) const noexcept {

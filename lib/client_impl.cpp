@@ -409,6 +409,7 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
     lock.token = std::move(acquire.attempt_token);
     lock.fence = fence;
     state->granted_by = id_;
+    state->owner = owner_of(lock.key, lock.token);
     LockAccess::set_state(lock, std::move(state));
   } else {
     lock = std::move(op->extend().lock);

@@ -286,7 +286,9 @@ void StatusQuery::assess(std::uint32_t index, const std::vector<MasterReport>& e
     report.appendfsync = diagnostics_.shown(info.appendfsync);
     // As the restart guard judges it: durability switched off since the handshake (read again
     // every second with the guard on) or switched on after this incarnation was first seen.
-    report.durable = info.durable() && masters_.incarnation(index).durable;
+    // With INFO denied the guard knows no incarnation: the handshake's reading alone.
+    const Incarnation& incarnation = masters_.incarnation(index);
+    report.durable = info.durable() && (incarnation.run_id.empty() || incarnation.durable);
     report.maxmemory_policy = diagnostics_.shown(info.maxmemory_policy);
     report.not_permitted = diagnostics_.shown(info.not_permitted);
     report.fence_not_permitted = diagnostics_.shown(info.fence_not_permitted);

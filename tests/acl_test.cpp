@@ -211,12 +211,20 @@ TEST(AclTest, WithoutInfoTheRestartGuardSaysWhy) {
   EXPECT_NE(held.masters[2].error.find("'info'"), std::string::npos) << held.masters[2].error;
 
   options.restart_guard = false;
+  // A durable master whose INFO is denied is still shown durable (CONFIG GET says so): the
+  // guard-off setup docs/permissions.md describes (before 2026-11-29's status change: not
+  // durable, with a false "restart guard is off" warning).
+  masters.group[2].command({"CONFIG", "SET", "appendonly", "yes"});
+  masters.group[2].command({"CONFIG", "SET", "appendfsync", "always"});
   Client unguarded(options);
   ASSERT_TRUE(unguarded.wait_connected(3, 5s));
   const Result plain = unguarded.acquire("plain");
   ASSERT_TRUE(plain.ok()) << format_result(plain);
   EXPECT_EQ(plain.count(MasterStatus::not_permitted), 0u) << format_result(plain);
   EXPECT_TRUE(unguarded.release(*plain.lock));
+  const FleetStatus status = unguarded.status();
+  EXPECT_TRUE(status.masters[2].durable);
+  EXPECT_FALSE(status.masters[0].durable);
 }
 
 // CONFIG GET is optional: without it the masters are used; only durable detection and the

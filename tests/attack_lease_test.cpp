@@ -283,6 +283,19 @@ TEST(AttackLeaseTest, AnEditedDeadlineOfALockGrantedHereIsNotBelieved) {
   edited_again.deadline += std::chrono::hours(1);
   Lease lease = client.keep(edited_again);
   EXPECT_LE(lease.deadline(), client.now() + 2000ms);
+  // The private state of a long lock granted here, under a short lock's key and token: the
+  // state vouches for the lock it was made for, not for whatever the public fields name.
+  const Result long_held = acquire_with_ttl(client, "edited-long", 60000ms);
+  ASSERT_TRUE(long_held) << format_result(long_held);
+  Lock swapped = *long_held.lock;
+  swapped.resource = extended.lock->resource;
+  swapped.key = extended.lock->key;
+  swapped.token = extended.lock->token;
+  EXPECT_LE(client.remaining(swapped), std::chrono::microseconds(2000ms));
+  const Result swapped_extend = client.extend(swapped, 2000ms);
+  ASSERT_EQ(swapped_extend.outcome, Outcome::extended) << format_result(swapped_extend);
+  EXPECT_LE(swapped_extend.validity, std::chrono::microseconds(2000ms)) << format_result(swapped_extend);
+  EXPECT_THROW((void)client.keep(swapped), UsageError);
 }
 
 // A renewing Mutex whose lease was lost by its deadline (renewals could not reach a

@@ -136,7 +136,9 @@ class Client {
   [[nodiscard]] std::chrono::microseconds drift(Milliseconds ttl) const noexcept;
   // Now on the Client's clock (the clock Lock::deadline is on).
   [[nodiscard]] std::chrono::steady_clock::time_point now() const;
-  // Remaining validity of `lock` (deadline - now), never negative.
+  // Remaining validity of `lock` (deadline - now), never negative; 0 for a Lock this Client did
+  // not grant (another Client's, adopted, built by hand, or one whose key or token were changed:
+  // its validity is unknown here; extend it here first).
   [[nodiscard]] std::chrono::microseconds remaining(const Lock& lock) const;
 
  private:

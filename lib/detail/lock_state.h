@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,9 @@ class LockState {
   // before the Lock is handed out, read-only after (any thread). The deadline and the epochs
   // below mean something only on that Client.
   std::uint64_t granted_by = 0;
+  // owner_of(key, token) of the lock this state was made for, set with granted_by: a Lock whose
+  // public key or token were changed does not carry this state's word (ClientImpl::granted_here).
+  std::uint64_t owner = 0;
 
   // Any thread.
   std::atomic<bool> lost{false};
@@ -60,6 +64,14 @@ class LockState {
  private:
   std::atomic<std::chrono::steady_clock::rep> deadline_ns_{std::chrono::steady_clock::time_point::min().time_since_epoch().count()};
 };
+
+// A digest of a lock's key and token (not a secret: it only tells a state which Lock it was
+// made for).
+[[nodiscard]] inline std::uint64_t owner_of(std::string_view key, std::string_view token) noexcept {
+  const std::uint64_t k = std::hash<std::string_view>{}(key);
+  const std::uint64_t t = std::hash<std::string_view>{}(token);
+  return k ^ (t + 0x9e3779b97f4a7c15ULL + (k << 6) + (k >> 2));
+}
 
 // The library's way into a Lock's private part.
 struct LockAccess {
