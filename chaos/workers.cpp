@@ -349,7 +349,10 @@ void library_worker(const WorkerContext& w) {
       hold_leased(me, client, lock, base, hold);
       continue;
     }
-    me.use(base, me.hold_time());
+    // A holder checks its validity before it works: a worker woken this late (a loaded
+    // machine) would enter the oracle on a lock whose keys may be gone, and a correct library
+    // would be charged with the overlap. It releases it unused (the checker counts it).
+    if (monotonic_ns() < to_ns(lock.deadline)) me.use(base, me.hold_time());
     const std::int64_t release_ns = monotonic_ns();
     const Result released = client.release(lock);
     me.released(base, release_ns, std::string(to_string(released.outcome)));

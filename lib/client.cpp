@@ -75,9 +75,10 @@ std::chrono::microseconds Client::drift(Milliseconds ttl) const noexcept { retur
 std::chrono::steady_clock::time_point Client::now() const { return impl_->clock().now(); }
 
 std::chrono::microseconds Client::remaining(const Lock& lock) const {
-  if (!impl_->granted_here(lock)) return std::chrono::microseconds{0};  // its validity is unknown here
-  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(impl_->deadline_of(lock) - impl_->clock().now());
-  return std::max(left, std::chrono::microseconds{0});
+  const auto deadline = impl_->deadline_of(lock);
+  const auto now = impl_->clock().now();
+  if (deadline <= now) return std::chrono::microseconds{0};
+  return std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
 }
 
 namespace detail {
@@ -123,7 +124,7 @@ bool ClientImpl::granted_here(const Lock& lock) const noexcept {
 }
 
 std::chrono::steady_clock::time_point ClientImpl::deadline_of(const Lock& lock) const noexcept {
-  if (!granted_here(lock)) return lock.deadline;
+  if (!granted_here(lock)) return std::chrono::steady_clock::time_point::min();  // unknown here
   return std::min(lock.deadline, LockAccess::state(lock)->deadline());
 }
 

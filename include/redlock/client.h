@@ -91,9 +91,9 @@ class Client {
   // (Outcome::validity_expired), and a missing key is never recreated (Outcome::lost).
   // `ttl` defaults to the lock's own ttl. On success result.lock holds the new deadline.
   // A Lock granted by another Client (its deadline is on that Client's clock), or built by
-  // hand from the public fields, is extended like an adopted one: its old deadline is not consulted, the new deadline and validity
-  // come from this extend alone, and the result belongs to this Client (restart guard: not
-  // tracked, like any adopted lock).
+  // hand from the public fields, is extended like an adopted one: its old deadline is not
+  // consulted, the new deadline and validity come from this extend alone, and the result
+  // belongs to this Client (restart guard: not tracked, like any adopted lock).
   Result extend(const Lock& lock, std::optional<Milliseconds> ttl = {});
   // Release: one round of compare-and-delete on every master.
   Result release(const Lock& lock);

@@ -75,8 +75,8 @@ class ClientImpl {
   // A Lock this Client granted (acquire, or an extend on this Client). Any thread.
   [[nodiscard]] bool granted_here(const Lock& lock) const noexcept;
   // The deadline to believe for `lock`: for a Lock granted here, the earlier of its own and the
-  // one this Client granted (LockState::deadline: an edited copy is not believed); for another,
-  // its own (which means nothing on this Client's clock: remaining() says 0 for it).
+  // one this Client granted (LockState::deadline: an edited copy is not believed); for another
+  // (its validity is unknown here) time_point::min(): nothing may rely on it.
   [[nodiscard]] std::chrono::steady_clock::time_point deadline_of(const Lock& lock) const noexcept;
   // Unique among the process's Clients, past and present (LockState::granted_by).
   [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
