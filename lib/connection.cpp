@@ -359,7 +359,7 @@ void Connection::deliver(Pending pending, const redisReply* reply) {
     // scripts and SCRIPT LOAD with LOADING / BUSY before they run a command the ACL would
     // refuse: the permission check then proves nothing
     // (AclTest.AHandshakeWithAMasterStillLoadingProvesNoPermission). Try again later.
-    if (pending.step == Step::must_succeed || text.starts_with("LOADING ") || text.starts_with("BUSY ")) {
+    if (pending.step == Step::must_succeed || is_server_state_error(text)) {
       fail("handshake failed: " + kept_server_text(text));
       return;
     }

@@ -143,7 +143,8 @@ class MasterSet::DurabilityRead final : public ReplySink {
  public:
   DurabilityRead(MasterSet& set, std::uint32_t epoch) : set_(set), epoch_(epoch), sent_ns_(now_ns()) {}
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view) override {
-    if (reply == nullptr || is_server_state(*reply)) {
+    if (reply == nullptr ||
+        (reply->type == REDIS_REPLY_ERROR && is_server_state_error(std::string_view(reply->str, reply->len)))) {
       answered_ = false;
     } else {
       read_config_get(*reply, config_);
@@ -152,11 +153,6 @@ class MasterSet::DurabilityRead final : public ReplySink {
   }
 
  private:
-  static bool is_server_state(const redisReply& reply) {
-    if (reply.type != REDIS_REPLY_ERROR) return false;
-    const std::string_view text(reply.str, reply.len);
-    return text.starts_with("LOADING ") || text.starts_with("BUSY ");
-  }
   MasterSet& set_;
   const std::uint32_t epoch_;
   const std::uint64_t sent_ns_;

@@ -56,6 +56,12 @@ struct ServerInfo {
 // INFO server: run_id and uptime_in_seconds, read at `read_at_ns` (loop time), set run_id and
 // started_ns, or error when the reply has neither.
 void read_info_server(const redisReply& reply, std::uint64_t read_at_ns, ServerInfo& info);
+// An error reply that says what state the server is in (LOADING its dataset, BUSY with a
+// script), not what it thinks of the command: a reply that proves nothing either way.
+[[nodiscard]] inline bool is_server_state_error(std::string_view text) noexcept {
+  return text.starts_with("LOADING ") || text.starts_with("BUSY ");
+}
+
 // The parameters the handshake reads with CONFIG GET, one command each (Redis before 7.0
 // takes one per command); the durability check (MasterSet) reads the last three again.
 inline constexpr const char* kConfigRead[] = {"maxmemory-policy", "appendonly", "appendfsync",
