@@ -442,7 +442,7 @@ std::vector<std::string> split_masters(std::string_view text) {
     std::string_view item = text.substr(start, end - start);
     while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
     while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
-    if (!item.empty()) out.emplace_back(item);
+    out.emplace_back(item);
     start = end + 1;
   }
   return out;
@@ -683,6 +683,16 @@ Settings resolve(const Args& args) {
     settings.masters_file = std::move(file.absolute_path);
   } else if (const char* env = std::getenv("REDLOCK_MASTERS")) {
     client.masters = split_masters(env);
+    if (client.masters.size() == 1 && client.masters[0].empty()) client.masters.clear();  // blank: no masters
+    // An empty entry is most often a variable that was unset ("redis://m1,$M2,$M3"): dropping
+    // it would make a smaller fleet with a smaller quorum, beside processes using the full one.
+    for (std::size_t i = 0; i < client.masters.size(); ++i) {
+      if (!client.masters[i].empty()) continue;
+      throw UsageError("REDLOCK_MASTERS: entry " + std::to_string(i + 1) + " of " +
+                       std::to_string(client.masters.size()) +
+                       " is empty (a variable left unset?); list every master once, separated by single commas: "
+                       "a shorter list is a different fleet with a smaller quorum");
+    }
   }
   if (client.masters.empty()) {
     throw UsageError(

@@ -142,7 +142,8 @@ void check_token(std::string_view token);
 // naming `option` and the text.
 [[nodiscard]] std::chrono::milliseconds parse_duration(std::string_view text, std::string_view option);
 
-// Splits REDLOCK_MASTERS-style text: comma-separated, blanks around entries ignored.
+// Splits REDLOCK_MASTERS-style text: comma-separated, blanks around entries ignored; an empty
+// entry is kept (as "") for the caller to refuse.
 [[nodiscard]] std::vector<std::string> split_masters(std::string_view text);
 
 // `text` with control bytes replaced by '?', for messages.

@@ -4,6 +4,7 @@
 
 #include "detail/client_impl.h"
 #include "detail/lock_state.h"
+#include "detail/validation.h"
 
 namespace redlock {
 
@@ -23,6 +24,7 @@ OperationId Client::acquire_async(std::string resource, Callback done, AcquireOp
   op->key = impl_->options().key_prefix + resource;
   op->ttl = options.ttl.value_or(impl_->options().ttl);
   AcquirePart acquire;
+  acquire.refused = detail::check_acquire_options(options);
   acquire.resource = std::move(resource);
   acquire.retries_left = std::max(-1, options.retry_count.value_or(impl_->options().retry_count));
   acquire.fencing = options.fencing;
@@ -75,6 +77,7 @@ std::chrono::microseconds Client::drift(Milliseconds ttl) const noexcept { retur
 std::chrono::steady_clock::time_point Client::now() const { return impl_->clock().now(); }
 
 std::chrono::microseconds Client::remaining(const Lock& lock) const {
+  if (impl_->given_up(lock)) return std::chrono::microseconds{0};
   const auto deadline = impl_->deadline_of(lock);
   const auto now = impl_->clock().now();
   if (deadline <= now) return std::chrono::microseconds{0};
@@ -109,6 +112,7 @@ std::shared_ptr<Operation> extend_operation(const ClientImpl& client, Lock lock,
 }
 
 std::shared_ptr<Operation> release_operation(const ClientImpl& client, Lock lock, Callback done) {
+  if (client.granted_here(lock)) LockAccess::state(lock)->released.store(true, std::memory_order_release);
   auto op = client.make_operation();
   op->done = std::move(done);
   op->key = std::move(lock.key);
@@ -121,6 +125,11 @@ std::shared_ptr<Operation> release_operation(const ClientImpl& client, Lock lock
 bool ClientImpl::granted_here(const Lock& lock) const noexcept {
   const auto& state = LockAccess::state(lock);
   return state && state->granted_by == id_ && state->owner == owner_of(lock.key, lock.token);
+}
+
+bool ClientImpl::given_up(const Lock& lock) const noexcept {
+  const auto& state = LockAccess::state(lock);
+  return state && (state->lost.load(std::memory_order_acquire) || state->released.load(std::memory_order_acquire));
 }
 
 std::chrono::steady_clock::time_point ClientImpl::deadline_of(const Lock& lock) const noexcept {

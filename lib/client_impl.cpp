@@ -179,7 +179,9 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
     refused.outcome = Outcome::cancelled;
     refused.message = "the client is shutting down";
   } else if (kind == RoundKind::acquire) {
-    if (auto why = check_resource(op->acquire().resource)) {
+    if (op->acquire().refused) {
+      refused.message = std::move(*op->acquire().refused);
+    } else if (auto why = check_resource(op->acquire().resource)) {
       refused.message = std::move(*why);
     } else if (auto fence = check_not_fence_key(options_, op->acquire().resource)) {
       refused.message = std::move(*fence);
@@ -202,6 +204,8 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
   if (refused.message.empty() && kind == RoundKind::extend && op->extend().lock.lost()) {
     refused.outcome = Outcome::lost;
     refused.message = "masters that granted this lock restarted; a lost lock is never extended";
+  } else if (refused.message.empty() && kind == RoundKind::extend && given_up(op->extend().lock)) {
+    refused.message = "this Lock was released; a released lock is never extended (acquire it again)";
   }
   if (!refused.message.empty()) {
     call_back(op->done, std::move(refused));

@@ -84,6 +84,15 @@ std::optional<std::string> check_ttl(const ClientOptions& options, Milliseconds 
   return std::nullopt;
 }
 
+std::optional<std::string> check_acquire_options(const AcquireOptions& options) {
+  if (options.retry_count && *options.retry_count < -1) {
+    return "retry_count " + std::to_string(*options.retry_count) +
+           " is not allowed: give -1 (retry until `wait` runs out) or a count of 0 or more";
+  }
+  if (options.wait && options.wait->count() < 0) return "wait " + ms(*options.wait) + " is negative";
+  return std::nullopt;
+}
+
 std::optional<std::string> check_resource(std::string_view resource) {
   if (resource.empty()) return std::string("resource name is empty");
   if (resource.size() > kMaxResourceSize) {

@@ -139,6 +139,31 @@ TEST(AclTest, KeyPatternNotCoveringThePrefixIsNeverSentTheSet) {
 
 // Exactly the documented ACL on every master: acquire, waiting for a held lock, extend,
 // release, fencing and the restart guard all work, and nothing is warned about.
+// An acquire made before the handshakes ended is queued on each connection while its
+// permission check runs. The master whose check fails must never be sent what was queued for it
+// (docs/permissions.md): the SET would take a key its user cannot DEL.
+TEST(AclTest, ASetQueuedDuringTheHandshakeIsNeverSentToAMasterThatRefuses) {
+  Masters masters(3);
+  masters.set_user(0, documented_acl());
+  masters.set_user(1, documented_acl());
+  masters.set_user(2, documented_acl("+del"));
+  Warnings warnings;
+  auto options = lock_user_options(masters, warnings);
+  options.command_timeout = 3000ms;  // the round waits for every handshake
+  Client client(options);
+  const Result held = client.acquire("queued");  // no wait_connected: queued behind the handshakes
+  ASSERT_TRUE(held) << format_result(held);
+  if (held.masters[2].status != MasterStatus::pending) {
+    EXPECT_EQ(held.masters[2].status, MasterStatus::not_permitted) << format_result(held);
+  }
+  EXPECT_EQ(masters.group[2].command({"EXISTS", held.lock->key}).integer, 0) << format_result(held);
+  EXPECT_TRUE(client.wait_connected(2, 5s));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(masters.group[2].command({"EXISTS", held.lock->key}).integer, 0) << "sent after the failed check";
+  EXPECT_TRUE(client.release(*held.lock));
+  EXPECT_TRUE(eventually([&] { return with_key(masters.group, held.lock->key) == 0; }));
+}
+
 TEST(AclTest, TheDocumentedAclRunsEveryPath) {
   Masters masters(3);
   for (std::size_t i = 0; i < 3; ++i) masters.set_user(i, documented_acl());

@@ -891,6 +891,21 @@ TEST_F(CliTest, MastersComeFromTheEnvironment) {
   EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") >= 2; }));
 }
 
+// An entry left empty (a variable that was unset: "redis://m1,$M2,$M3") must not shrink the
+// fleet: two masters fewer make a quorum of 1, and a process with the full list holding the
+// lock on the two others would be joined by a second holder. Refused, naming where.
+TEST_F(CliTest, AnEmptyEntryInRedlockMastersIsRefused) {
+  const auto uris = masters_.uris();
+  for (const std::string& value : {uris[0] + ",,", uris[0] + "," + uris[1] + ",", "," + uris[0], uris[0] + ", ," + uris[1]}) {
+    Process process({"--no-restart-guard", "acquire", "job"}, {"REDLOCK_MASTERS=" + value});
+    const Finished f = process.wait();
+    EXPECT_EQ(f.exit_code, 64) << value << "\n" << describe(f);
+    EXPECT_NE(f.err.find("REDLOCK_MASTERS"), std::string::npos) << f.err;
+    EXPECT_NE(f.err.find("is empty"), std::string::npos) << f.err;
+    EXPECT_EQ(masters_holding("redlock:job"), 0u) << value;
+  }
+}
+
 TEST_F(CliTest, JsonOutputParsesAndDescribesTheGrant) {
   const Finished f = redlock({"--json", "--ttl", "5s", "acquire", "job"});
   ASSERT_EQ(f.exit_code, 0) << describe(f);

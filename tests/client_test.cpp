@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
+
 #include "test_util.h"
 
 namespace redlock::testing {
@@ -71,6 +73,36 @@ TEST_P(ClientTest, ReleaseRemovesTheKeyFromEveryMaster) {
   ASSERT_TRUE(released) << format_result(released);
   EXPECT_EQ(released.attempts, 1);
   EXPECT_TRUE(eventually([&] { return with_key(masters_, held.lock->key) == 0; }));
+}
+
+// A holder that asks remaining() before it acts must hear 0 once it gave the lock up, on
+// every copy of the Lock, from the moment the release is submitted (not when it is answered).
+TEST_P(ClientTest, AReleasedLockHasNoValidityLeftAndIsNeverExtended) {
+  auto options = options_for(masters_);
+  options.ttl = 30000ms;
+  Client client(options);
+  const Result held = client.acquire("given-up");
+  ASSERT_TRUE(held) << format_result(held);
+  const Lock copy = *held.lock;
+  ASSERT_GT(client.remaining(copy).count(), 0);
+
+  std::promise<Result> answer;
+  client.release_async(*held.lock, [&](Result r) { answer.set_value(std::move(r)); });
+  EXPECT_EQ(client.remaining(copy).count(), 0) << "released, yet a copy still reports validity";
+  EXPECT_EQ(client.remaining(*held.lock).count(), 0);
+  ASSERT_EQ(answer.get_future().get().outcome, Outcome::released);
+
+  const Result extended = client.extend(copy);
+  EXPECT_EQ(extended.outcome, Outcome::invalid_argument) << format_result(extended);
+  EXPECT_NE(extended.message.find("released"), std::string::npos) << extended.message;
+  EXPECT_TRUE(extended.masters.empty()) << "refused without sending anything";
+
+  // A new grant of the same resource is a new Lock: its validity is its own.
+  const Result again = client.acquire("given-up");
+  ASSERT_TRUE(again) << format_result(again);
+  EXPECT_GT(client.remaining(*again.lock).count(), 0);
+  EXPECT_EQ(client.remaining(copy).count(), 0);
+  EXPECT_TRUE(client.release(*again.lock));
 }
 
 TEST_P(ClientTest, ReleaseOfAnExpiredLockTakenByAnotherLeavesTheirKey) {

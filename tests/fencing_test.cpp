@@ -118,6 +118,72 @@ TEST(FencingRounds, AQuorumHoldsTheTokenBeforeItIsHandedOver) {
   EXPECT_GE(at_least_token, client.quorum());
 }
 
+// Round 2 raises the granting quorum's counters to the token. On fresh masters round 1's INCR
+// alone leaves every counter at the token, so make them differ: master 0 ahead by 1000, and
+// masters 3 and 4 frozen so that the granting quorum is 0, 1 and 2. The token (1001) must then
+// be held by all three before it is handed over.
+TEST(FencingRounds, TheSecondRoundRaisesCountersThatWereBehind) {
+  RedisServerGroup masters(5);
+  auto options = options_for(masters);
+  options.command_timeout = 500ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  const Result warm_up = client.acquire("warm-up", fenced());  // catch-ups done
+  ASSERT_TRUE(warm_up) << format_result(warm_up);
+  client.release(*warm_up.lock);
+  ASSERT_TRUE(eventually([&] {  // every INCR and raise of the warm-up landed
+    for (std::size_t i = 1; i < masters.size(); ++i) {
+      if (counter(masters[i]) != counter(masters[0])) return false;
+    }
+    return true;
+  }));
+  const std::uint64_t base = counter(masters[0]);
+  masters[0].command({"INCRBY", options.fence_key, "1000"});
+  masters[3].freeze();
+  masters[4].freeze();
+  const Result held = client.acquire("x", fenced());
+  masters[3].thaw();
+  masters[4].thaw();
+  ASSERT_TRUE(held) << format_result(held);
+  EXPECT_EQ(held.lock->fence, base + 1001);
+  for (const std::size_t i : {0u, 1u, 2u}) {
+    EXPECT_GE(counter(masters[i]), held.lock->fence) << "master " << i << " was not raised to the token";
+  }
+}
+
+// A fenced grant's validity is counted from round 1's start (docs/fencing.md): the keys were
+// set then, and expire ttl after it whatever round 2 costs. Round 1 is held up 300 ms (every
+// master frozen while it is in flight), round 2 is quick: a deadline counted from round 2
+// would hand out 300 ms that the keys do not have.
+TEST(FencingRounds, AFencedGrantsValidityCountsFromRoundOne) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.command_timeout = 3000ms;
+  options.ttl = 5000ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result warm_up = client.acquire("warm-up", fenced());  // catch-ups done
+  ASSERT_TRUE(warm_up) << format_result(warm_up);
+  client.release(*warm_up.lock);
+
+  for (std::size_t i = 0; i < masters.size(); ++i) masters[i].freeze();
+  const auto called = client.now();
+  std::thread thaw([&] {
+    std::this_thread::sleep_for(300ms);
+    for (std::size_t i = 0; i < masters.size(); ++i) masters[i].thaw();
+  });
+  const Result held = client.acquire("x", fenced());
+  thaw.join();
+  ASSERT_TRUE(held) << format_result(held);
+  const auto drift = client.drift(options.ttl);
+  EXPECT_GE(held.lock->started, called);
+  EXPECT_LT(held.lock->started, called + 150ms) << "started is not round 1's send";
+  EXPECT_EQ(std::chrono::duration_cast<std::chrono::microseconds>(held.lock->deadline - held.lock->started),
+            options.ttl - drift);
+  EXPECT_LE(held.validity, options.ttl - 300ms - drift) << "validity counted from after round 1";
+  client.release(*held.lock);
+}
+
 // N = 3: two masters restarted one after the other (no persistence: counters back to 0),
 // then a grant while the third is frozen. With the catch-up, each restarted master was
 // raised to the others' counter before it counted, so the token still goes up. Without it,

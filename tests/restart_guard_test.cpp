@@ -91,11 +91,12 @@ void hold_on_three_then_restart_one(bool guard, bool expect_second_holder) {
     EXPECT_EQ(other.masters[0].status, MasterStatus::not_counted) << format_result(other);
     // The first client learns of the restart when it reconnects: its lock has 2 of 3 votes.
     EXPECT_TRUE(eventually([&] { return held.lock->lost(); }));
+    EXPECT_EQ(first.remaining(*held.lock).count(), 0) << "a lost lock has no validity left to act on";
     const Result extended = first.extend(*held.lock);
     EXPECT_EQ(extended.outcome, Outcome::lost) << format_result(extended);
     EXPECT_TRUE(extended.masters.empty());
   }
-  EXPECT_GT(first.remaining(*held.lock).count(), 0) << "the scenario must run while the first lock is valid";
+  EXPECT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
 }
 
 TEST(RestartGuardTest, WithTheGuardARestartedMasterDoesNotHandOutAHeldLock) {
@@ -443,7 +444,7 @@ TEST(RestartGuardTest, AMasterRestartedWithAofSwitchedOnIsNotCountedAtOnce) {
   ASSERT_TRUE(second.wait_connected(3, 5s));
   ASSERT_TRUE(first.wait_connected(3, 5s));
   std::this_thread::sleep_for(100ms);
-  ASSERT_GT(first.remaining(*held.lock).count(), 0) << "the scenario must run while the first lock is valid";
+  ASSERT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
   const Result other = second.acquire("aof-switched-on");
   EXPECT_NE(other.outcome, Outcome::acquired) << "a second holder\n" << format_result(other);
   const Result seen = first.acquire("another");  // the client that saw the restarts
@@ -456,7 +457,7 @@ TEST(RestartGuardTest, AMasterRestartedWithAofSwitchedOnIsNotCountedAtOnce) {
       EXPECT_EQ(row.status, MasterStatus::not_counted) << format_result(*r);
     }
   }
-  EXPECT_GT(first.remaining(*held.lock).count(), 0) << "the scenario must run while the first lock is valid";
+  EXPECT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
 }
 
 // The other way round: AOF switched off at run time (CONFIG SET appendonly no) on a live,
@@ -486,7 +487,7 @@ TEST(RestartGuardTest, AofSwitchedOffOnALiveMasterIsNoticedBeforeItRestarts) {
   ASSERT_TRUE(first.wait_connected(3, 5s));
   ASSERT_TRUE(second.wait_connected(3, 5s));
   std::this_thread::sleep_for(100ms);
-  ASSERT_GT(first.remaining(*held.lock).count(), 0) << "the scenario must run while the first lock is valid";
+  ASSERT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
   EXPECT_TRUE(held.lock->lost()) << "two of its three grants are gone";
   const Result other = second.acquire("aof-switched-off");
   if (other) second.release(*other.lock);
@@ -495,7 +496,7 @@ TEST(RestartGuardTest, AofSwitchedOffOnALiveMasterIsNoticedBeforeItRestarts) {
     if (other.masters[i].status == MasterStatus::pending) continue;
     EXPECT_EQ(other.masters[i].status, MasterStatus::not_counted) << format_result(other);
   }
-  EXPECT_GT(first.remaining(*held.lock).count(), 0) << "the scenario must run while the first lock is valid";
+  EXPECT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
 }
 
 // What this Client knows of a durable master's durability ends when it loses the connection:
@@ -585,6 +586,29 @@ TEST(RestartGuardTest, ATtlLongerThanTheGuardWindowIsRefused) {
   const Result result = client.acquire("long", too_long);
   EXPECT_EQ(result.outcome, Outcome::invalid_argument);
   EXPECT_NE(result.message.find("max_lock_ttl"), std::string::npos) << result.message;
+  EXPECT_EQ(with_key(masters, "redlock:long"), 0u);
+
+  // The same bound holds for every later ttl of a granted lock: an extend or a Lease renewing
+  // past max_lock_ttl would outlive the window a restarted master is quarantined for.
+  wait_until_counted(client, "warm-up");
+  AcquireOptions short_ttl;
+  short_ttl.ttl = 1000ms;
+  const Result held = client.acquire("long", short_ttl);
+  ASSERT_TRUE(held) << format_result(held);
+  const Result extended = client.extend(*held.lock, 5000ms);
+  EXPECT_EQ(extended.outcome, Outcome::invalid_argument) << format_result(extended);
+  EXPECT_NE(extended.message.find("max_lock_ttl"), std::string::npos) << extended.message;
+  EXPECT_LE(masters[0].command({"PTTL", held.lock->key}).integer, 1000);
+  LeaseOptions keep_long;
+  keep_long.ttl = 5000ms;
+  try {
+    auto lease = client.keep(*held.lock, keep_long);
+    ADD_FAILURE() << "a Lease renewing to 5000 ms past max_lock_ttl 2000 ms was started";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("max_lock_ttl"), std::string::npos) << error.what();
+  }
+  EXPECT_LE(masters[0].command({"PTTL", held.lock->key}).integer, 1000);
+  EXPECT_TRUE(client.release(*held.lock));
 }
 
 }  // namespace

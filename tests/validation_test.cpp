@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <limits>
 #include <string>
 #include <vector>
@@ -427,6 +428,35 @@ TEST_F(CallValidation, AcquireWaitMaxKeepsRetrying) {
   EXPECT_EQ(result.outcome, Outcome::acquired) << redlock::format_result(result);
   EXPECT_GT(result.attempts, 1);
   if (result) client_->release(*result.lock);
+}
+
+// A per-call retry_count below -1 is not "forever" and a negative wait is not "once": both are
+// refused naming the value, before anything is sent (the key held elsewhere would make a
+// silently accepted -2 retry forever).
+TEST_F(CallValidation, AcquireRetryCountBelowMinusOneOrNegativeWaitIsRefused) {
+  server_.command({"SET", "redlock:res", "someone-else", "PX", "600000"});
+  AcquireOptions retries;
+  retries.retry_count = -2;
+  std::promise<Result> answer;
+  auto pending = answer.get_future();
+  const auto id = client_->acquire_async("res", [&](Result r) { answer.set_value(std::move(r)); }, retries);
+  if (pending.wait_for(5s) != std::future_status::ready) {
+    client_->cancel(id);
+    pending.wait();
+    FAIL() << "retry_count -2 was taken for \"retry forever\"";
+  }
+  Result result = pending.get();
+  EXPECT_EQ(result.outcome, Outcome::invalid_argument) << redlock::format_result(result);
+  EXPECT_THAT(result.message, HasSubstr("retry_count -2"));
+  EXPECT_EQ(result.attempts, 0);
+
+  AcquireOptions wait;
+  wait.wait = -5ms;
+  result = client_->acquire("res", wait);
+  EXPECT_EQ(result.outcome, Outcome::invalid_argument) << redlock::format_result(result);
+  EXPECT_THAT(result.message, HasSubstr("wait -5 ms"));
+  EXPECT_EQ(result.attempts, 0);
+  EXPECT_EQ(server_.command({"GET", "redlock:res"}).str, "someone-else");
 }
 
 TEST_F(CallValidation, ReleaseDefaultLock) {

@@ -93,9 +93,13 @@ class Client {
   // A Lock granted by another Client (its deadline is on that Client's clock), or built by
   // hand from the public fields, is extended like an adopted one: its old deadline is not
   // consulted, the new deadline and validity come from this extend alone, and the result
-  // belongs to this Client (restart guard: not tracked, like any adopted lock).
+  // belongs to this Client (restart guard: not tracked, like any adopted lock). A lost Lock
+  // (Outcome::lost) or one whose release was submitted here (Outcome::invalid_argument) is
+  // never extended.
   Result extend(const Lock& lock, std::optional<Milliseconds> ttl = {});
-  // Release: one round of compare-and-delete on every master.
+  // Release: one round of compare-and-delete on every master. From the moment it is submitted
+  // the Lock (every copy of it) is given up here: remaining() is 0 and extend refuses it,
+  // whatever the release's outcome (a failed release is retried with release(), not undone).
   Result release(const Lock& lock);
 
   // A Lock for a token this library printed earlier, e.g. by `redlock acquire` in another
@@ -136,9 +140,10 @@ class Client {
   [[nodiscard]] std::chrono::microseconds drift(Milliseconds ttl) const noexcept;
   // Now on the Client's clock (the clock Lock::deadline is on).
   [[nodiscard]] std::chrono::steady_clock::time_point now() const;
-  // Remaining validity of `lock` (deadline - now), never negative; 0 for a Lock this Client did
-  // not grant (another Client's, adopted, built by hand, or one whose key or token were changed:
-  // its validity is unknown here; extend it here first).
+  // Remaining validity of `lock` (deadline - now), never negative; 0 once it is lost() or its
+  // release was submitted, and 0 for a Lock this Client did not grant (another Client's,
+  // adopted, built by hand, or one whose key or token were changed: its validity is unknown
+  // here; extend it here first).
   [[nodiscard]] std::chrono::microseconds remaining(const Lock& lock) const;
 
  private:

@@ -169,10 +169,10 @@ struct ClientOptions {
 struct AcquireOptions {
   std::optional<Milliseconds> ttl;
   // Retries after the first attempt; -1 = keep retrying until `wait` runs out (or forever
-  // when `wait` is unset, as redlock::Mutex::lock() does).
+  // when `wait` is unset, as redlock::Mutex::lock() does). Below -1: Outcome::invalid_argument.
   std::optional<int> retry_count;
   // Give up retrying once this much time has passed since the call. Unset: no limit
-  // beyond retry_count.
+  // beyond retry_count. Negative: Outcome::invalid_argument.
   std::optional<Milliseconds> wait;
   // Hand out a fencing token (Lock::fence) that strictly increases between grants that do
   // not overlap in time. Costs one more parallel round trip. See docs/fencing.md.

@@ -74,6 +74,9 @@ class ClientImpl {
   OperationId release_now(Lock lock, Callback done);
   // A Lock this Client granted (acquire, or an extend on this Client). Any thread.
   [[nodiscard]] bool granted_here(const Lock& lock) const noexcept;
+  // The holder gave `lock` up (a release of it was submitted here) or the restart guard knows
+  // it lost: its remaining() is 0 and it is never extended. Any thread.
+  [[nodiscard]] bool given_up(const Lock& lock) const noexcept;
   // The deadline to believe for `lock`: for a Lock granted here, the earlier of its own and the
   // one this Client granted (LockState::deadline: an edited copy is not believed); for another
   // (its validity is unknown here) time_point::min(): nothing may rely on it.

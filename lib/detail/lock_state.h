@@ -35,6 +35,9 @@ class LockState {
 
   // Any thread.
   std::atomic<bool> lost{false};
+  // Set when a release of the lock is submitted on the granting Client (any thread): from then
+  // on the holder has given it up, whatever the release's outcome (remaining() is 0).
+  std::atomic<bool> released{false};
 
   // The latest deadline (on the granting Client's validity clock) this Client granted the lock
   // (acquire, extend); raised on the loop thread, read anywhere. A Lock's public `deadline` is

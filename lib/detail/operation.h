@@ -34,6 +34,7 @@ struct AcquirePart {
   std::string resource;
   std::string attempt_token;             // fresh per attempt; in its round while in flight
   bool fencing = false;
+  std::optional<std::string> refused;    // a bad AcquireOptions value: begin() refuses the call
   int retries_left = 0;                  // -1: unlimited
   std::uint64_t wait_deadline_ns = 0;    // loop time; 0: none
   EventLoop::TimerId retry_timer = 0;    // waiting to retry (or, giving_up, for the deadline)

@@ -34,4 +34,8 @@ std::optional<std::string> check_token(std::string_view token);
 // plus min_validity), else the reason.
 std::optional<std::string> check_ttl(const ClientOptions& options, Milliseconds ttl);
 
+// Empty when `options`' retry_count (-1 or more) and wait (not negative) are acceptable, else
+// the reason naming the value. Its ttl is checked with check_ttl.
+std::optional<std::string> check_acquire_options(const AcquireOptions& options);
+
 }  // namespace redlock::detail
