@@ -49,6 +49,7 @@ using redlock::detail::ReplyPtr;
 using redlock::detail::ReplyReader;
 using redlock::detail::ReplyVote;
 using redlock::detail::read_config_get;
+using redlock::detail::read_info_persistence;
 using redlock::detail::read_info_server;
 using redlock::detail::RoundKind;
 using redlock::detail::ServerInfo;
@@ -130,7 +131,7 @@ void check_vote(const redisReply& reply, RoundKind kind, bool fencing, std::uint
   }
 }
 
-// The same reply as the handshake's INFO server or CONFIG GET answer (a hostile master may
+// The same reply as the handshake's INFO server, INFO persistence or CONFIG GET answer (a hostile master may
 // send anything there too): either a run_id with a start not after the read, or a reason.
 void check_handshake_reply(const redisReply& reply, std::uint64_t read_at_ns) {
   ServerInfo info;
@@ -144,6 +145,11 @@ void check_handshake_reply(const redisReply& reply, std::uint64_t read_at_ns) {
                    config.no_appendfsync_on_rewrite.empty(),
                "CONFIG GET read a value from a reply that is not an array");
   }
+  ServerInfo persistence;
+  read_info_persistence(reply, persistence);
+  FUZZ_CHECK(persistence.aof_rewrites >= -1, "INFO persistence read a negative rewrite count");
+  FUZZ_CHECK(reply.type == REDIS_REPLY_STRING || (persistence.aof_rewrites == -1 && !persistence.aof_rewriting),
+             "INFO persistence read a value from a reply that is not text");
 }
 
 // Chunk sizes, as the input's byte [3] says.

@@ -251,6 +251,7 @@ void Connection::start_handshake() {
   if (ep.db != 0) step(encode_command({"SELECT", std::to_string(ep.db)}), Step::must_succeed);
   info_ = ServerInfo{};
   step(encode_command({"INFO", "server"}), Step::server_info);
+  step(encode_command({"INFO", "persistence"}), Step::persistence);
   for (const char* parameter : kConfigRead) {
     step(encode_command({"CONFIG", "GET", parameter}), Step::config_get);
   }
@@ -375,6 +376,8 @@ void Connection::deliver(Pending pending, const redisReply* reply) {
 void Connection::on_handshake_reply(Step step, const redisReply* reply) {
   if (step == Step::server_info) {
     read_info_server(*reply, now_ns(), info_);
+  } else if (step == Step::persistence) {
+    read_info_persistence(*reply, info_);
   } else if (step == Step::config_get) {
     read_config_get(*reply, info_);
   }

@@ -27,7 +27,10 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
     // And only if this Client knew the old one durable until shortly before the new one started
     // (durability switched off while this Client was cut off from it, or while reads went
     // unanswered, is not seen: RestartGuardTest.ADurableMasterRestartedLongAfterThisClientLostItIsNotCountedAtOnce).
-    const bool kept_keys = master.durable && info.durable() && info.started_ns >= master.lost_ns &&
+    // The new one must also have had AOF on from its start: one started with appendonly no is
+    // empty, whatever CONFIG SET made of it before this first reading
+    // (RestartGuardTest.ADurableMasterRestartedEmptyWithAofSwitchedOnLaterIsNotCountedAtOnce).
+    const bool kept_keys = master.durable && info.aof_since_start() && info.started_ns >= master.lost_ns &&
                            info.started_ns <= master.durable_seen_ns + kDurableReadGapNs;
     const std::uint64_t now = now_ns();
     master.run_id = info.run_id;
@@ -43,8 +46,9 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
     // only uptime to go on.
     master.started_ns = restarted ? std::max(info.started_ns, now) : info.started_ns;
     // Judged once per incarnation, as first seen: AOF switched on at run time holds the old
-    // keys only after its first rewrite, so it counts as durable from the next restart on.
-    master.durable = info.durable();
+    // keys only after its first rewrite, so an incarnation seen not durable, or with a rewrite
+    // running or scheduled (it may be that first one), is not durable for its next restart.
+    master.durable = info.durable() && info.aof_rewrites >= 0 && !info.aof_rewriting;
     // Switching AOF on at a restart does not bring back what the empty server forgot.
     master.counted_at_once = kept_keys;
     if (restarted && enabled_) {

@@ -12,6 +12,25 @@
 
 namespace redlock::detail {
 
+namespace {
+
+// The value of INFO field `name` (written "\nname:"), up to the end of its line; empty if absent.
+std::string_view info_field(std::string_view text, std::string_view name) {
+  const auto at = text.find(name);
+  if (at == std::string_view::npos) return {};
+  const auto start = at + name.size();
+  return text.substr(start, text.find_first_of("\r\n", start) - start);
+}
+
+// A whole decimal field, all of it a number.
+template <typename Number>
+bool read_number(std::string_view text, Number& out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return !text.empty() && ec == std::errc() && end == text.data() + text.size();
+}
+
+}  // namespace
+
 void read_info_server(const redisReply& reply, std::uint64_t read_at_ns, ServerInfo& info) {
   if (reply.type != REDIS_REPLY_STRING) {
     info.error = "INFO server failed: " +
@@ -20,17 +39,9 @@ void read_info_server(const redisReply& reply, std::uint64_t read_at_ns, ServerI
     return;
   }
   const std::string_view text(reply.str, reply.len);
-  const auto field = [&](std::string_view name) -> std::string_view {
-    const auto at = text.find(name);
-    if (at == std::string_view::npos) return {};
-    const auto start = at + name.size();
-    return text.substr(start, text.find_first_of("\r\n", start) - start);
-  };
-  const std::string_view run_id = field("\nrun_id:");
-  const std::string_view uptime = field("\nuptime_in_seconds:");
+  const std::string_view run_id = info_field(text, "\nrun_id:");
   std::uint64_t seconds = 0;
-  const auto [end, ec] = std::from_chars(uptime.data(), uptime.data() + uptime.size(), seconds);
-  if (run_id.empty() || uptime.empty() || ec != std::errc()) {
+  if (run_id.empty() || !read_number(info_field(text, "\nuptime_in_seconds:"), seconds)) {
     info.error = "INFO server has no run_id / uptime_in_seconds";
     return;
   }
@@ -42,6 +53,21 @@ void read_info_server(const redisReply& reply, std::uint64_t read_at_ns, ServerI
   const std::uint64_t at_least_ns =
       whole > std::numeric_limits<std::uint64_t>::max() / 1'000'000'000u ? read_at_ns : whole * 1'000'000'000u;
   info.started_ns = at_least_ns < read_at_ns ? read_at_ns - at_least_ns : 0;
+}
+
+void read_info_persistence(const redisReply& reply, ServerInfo& info) {
+  if (reply.type != REDIS_REPLY_STRING) return;
+  const std::string_view text(reply.str, reply.len);
+  long long rewrites = 0;
+  int in_progress = 0;
+  int scheduled = 0;
+  if (!read_number(info_field(text, "\naof_rewrites:"), rewrites) || rewrites < 0 ||
+      !read_number(info_field(text, "\naof_rewrite_in_progress:"), in_progress) ||
+      !read_number(info_field(text, "\naof_rewrite_scheduled:"), scheduled)) {
+    return;
+  }
+  info.aof_rewrites = rewrites;
+  info.aof_rewriting = in_progress != 0 || scheduled != 0;
 }
 
 void read_config_get(const redisReply& reply, ServerInfo& info) {

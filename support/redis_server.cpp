@@ -542,6 +542,11 @@ void RedisServer::restart() {
   }
 }
 
+void RedisServer::restart(const std::vector<std::string>& extra_args) {
+  options_.extra_args.insert(options_.extra_args.end(), extra_args.begin(), extra_args.end());
+  restart();
+}
+
 Reply RedisServer::command(const std::vector<std::string>& argv) const {
   if (argv.empty()) throw std::invalid_argument("command(): empty argv");
   // Checked first so that, once our server is gone, a stranger that reused

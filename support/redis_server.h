@@ -114,6 +114,9 @@ class RedisServer {
   // Stops the server if it is running, then starts it again on the same port
   // and data dir (so an AOF, if enabled, is reloaded) and waits for PING.
   void restart();
+  // restart() with `extra_args` appended to the command line, for this start and every later
+  // one (e.g. {"--appendonly", "no"}: a persistent server back without loading its AOF).
+  void restart(const std::vector<std::string>& extra_args);
 
   // One synchronous command on a fresh connection (1 s connect and I/O
   // timeout; over TLS when the server is TLS-only). Redis error replies are returned as Reply::Type::error; throws

@@ -499,6 +499,48 @@ TEST(RestartGuardTest, AofSwitchedOffOnALiveMasterIsNoticedBeforeItRestarts) {
   EXPECT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
 }
 
+// A durable master restarted without its AOF (the new incarnation started with appendonly no,
+// so it loaded nothing), then switched to appendonly yes / always before this Client's first
+// handshake with it: the configuration it shows then is durable, but it is empty. AOF switched
+// on at run time starts a rewrite (INFO persistence: aof_rewrites 1), one on since the start has
+// none. Before: both counted at once with their votes kept, and the second Client was granted
+// the lock the first still held on one master (review; two holders).
+TEST(RestartGuardTest, ADurableMasterRestartedEmptyWithAofSwitchedOnLaterIsNotCountedAtOnce) {
+  support::RedisServerOptions durable;
+  durable.persistence = true;
+  RedisServerGroup masters(3, durable);
+  auto options = guarded(masters, true);
+  options.reconnect_min = 600ms;  // time to switch AOF on before the Clients are back
+  options.reconnect_max = 600ms;
+  Client first(options);
+  Client second(options);
+  wait_until_counted(first, "warm-up-1");
+  wait_until_counted(second, "warm-up-2");
+  const Result held = first.acquire("aof-on-later");
+  ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
+  ASSERT_TRUE(eventually([&] { return holding(masters, held.lock->key, held.lock->token) == 3u; }));
+  for (const std::size_t i : {0u, 1u}) {
+    masters[i].kill();
+    masters[i].restart({"--appendonly", "no"});  // comes back empty
+    masters[i].command({"CONFIG", "SET", "appendonly", "yes"});
+    masters[i].command({"CONFIG", "SET", "appendfsync", "always"});
+  }
+  ASSERT_EQ(holding(masters, held.lock->key, held.lock->token), 1u);
+  ASSERT_TRUE(first.wait_connected(3, 5s));
+  ASSERT_TRUE(second.wait_connected(3, 5s));
+  std::this_thread::sleep_for(100ms);
+  ASSERT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
+  EXPECT_TRUE(held.lock->lost()) << "two of its three grants are gone";
+  const Result other = second.acquire("aof-on-later");
+  if (other) second.release(*other.lock);
+  EXPECT_NE(other.outcome, Outcome::acquired) << "a second holder\n" << format_result(other);
+  for (const std::size_t i : {0u, 1u}) {
+    if (other.masters[i].status == MasterStatus::pending) continue;
+    EXPECT_EQ(other.masters[i].status, MasterStatus::not_counted) << format_result(other);
+  }
+  EXPECT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
+}
+
 // What this Client knows of a durable master's durability ends when it loses the connection:
 // AOF may be switched off after that (grants from other Clients then in memory only) and the
 // master restarted much later. So a restart counts at once only if the new incarnation started

@@ -170,6 +170,7 @@ class Connection {
     checked,         // a HandshakeStep: its check reads the reply (tag: index in steps_)
     late,            // a caller's command whose sender no longer needs the reply: dropped
     server_info,     // INFO server: run_id, uptime_in_seconds
+    persistence,     // INFO persistence: AOF rewrites since the start (restart guard)
     config_get,      // CONFIG GET <one parameter>: maxmemory-policy, appendonly, appendfsync
   };
   struct Pending {

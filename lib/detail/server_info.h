@@ -12,7 +12,7 @@ struct redisReply;
 
 namespace redlock::detail {
 
-// What the handshake learned about the server (INFO server, CONFIG GET, the permission
+// What the handshake learned about the server (INFO server and persistence, CONFIG GET, the permission
 // check), for the restart guard, the fencing counter and which commands may be sent.
 // Replaced on every connect.
 struct ServerInfo {
@@ -27,6 +27,12 @@ struct ServerInfo {
   std::string appendfsync;  // "always" / "everysec" / "no"
   // "yes" skips the fsync while a BGSAVE or AOF rewrite runs, even under appendfsync always.
   std::string no_appendfsync_on_rewrite;
+  // INFO persistence: AOF rewrites since the server started (-1: not reported: Redis before
+  // 7.0, or INFO refused) and whether one is running or scheduled now. AOF switched on at run
+  // time starts a rewrite at once, so a server whose AOF was on from its start reports 0 and
+  // none running (aof_since_start()).
+  long long aof_rewrites = -1;
+  bool aof_rewriting = false;
   std::string error;        // why run_id is unknown
   // The permission check (LockCommands::handshake_steps, docs/permissions.md): why this
   // connection's user may not run the lock paths, or the fencing paths; empty when proven
@@ -43,6 +49,9 @@ struct ServerInfo {
   [[nodiscard]] bool durable() const noexcept {
     return appendonly == "yes" && appendfsync == "always" && no_appendfsync_on_rewrite == "no";
   }
+  // durable(), and its AOF was on from the start: it loaded what its predecessor wrote (if
+  // that was durable) rather than starting empty and being switched on later (restart guard).
+  [[nodiscard]] bool aof_since_start() const noexcept { return durable() && aof_rewrites == 0 && !aof_rewriting; }
 };
 
 // What an eviction policy may do to the lock's keys, as one sentence ending in the fix
@@ -56,6 +65,9 @@ struct ServerInfo {
 // INFO server: run_id and uptime_in_seconds, read at `read_at_ns` (loop time), set run_id and
 // started_ns, or error when the reply has neither.
 void read_info_server(const redisReply& reply, std::uint64_t read_at_ns, ServerInfo& info);
+// INFO persistence: aof_rewrites, aof_rewrite_in_progress, aof_rewrite_scheduled; anything
+// else (an error, a field missing) leaves `info` alone (unknown: not on since the start).
+void read_info_persistence(const redisReply& reply, ServerInfo& info);
 // An error reply that says what state the server is in (LOADING its dataset, BUSY with a
 // script), not what it thinks of the command: a reply that proves nothing either way.
 [[nodiscard]] inline bool is_server_state_error(std::string_view text) noexcept {
