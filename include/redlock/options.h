@@ -117,9 +117,12 @@ struct ClientOptions {
   // masters that are the same server (same run_id) give one vote, guard on or off.
   // Default on.
   bool restart_guard = true;
-  // The longest ttl any lock of this Client uses. 0 (default): ttl rounded up to whole
-  // seconds, plus one second. An acquire with a longer ttl is refused (invalid_argument)
-  // while the guard is on.
+  // The longest ttl any lock on these masters uses, by any Client or process (a restarted
+  // master must be quarantined until every lock it forgot has expired, whoever took it): give
+  // every Client of the same masters the same value, at least the longest ttl in use. 0
+  // (default): this Client's ttl rounded up to whole seconds, plus one second, which is right
+  // only if no Client of these masters uses a longer ttl. An acquire, extend or Lease of this
+  // Client with a longer ttl is refused (invalid_argument / ConfigError) while the guard is on.
   Milliseconds max_lock_ttl{0};
 
   // Fencing (AcquireOptions::fencing). One counter key per master, shared by all resources,
