@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <thread>
 
 #include "exit_codes.h"
+#include "interrupt.h"
 #include "redlock/errors.h"
 
 namespace redlock_cli {
@@ -244,23 +246,39 @@ int acquire_command(const Settings& settings, const Output& out) {
                 "; nothing was acquired");
     return kExitIoError;
   }
+  // A signal that would end the tool while an attempt is out (Ctrl-C, timeout(1)) must not
+  // leave what that attempt was granted held for its whole ttl with nobody knowing the token:
+  // the signals are read, the attempt is cancelled (and released), and the tool exits 128 + N.
+  // Blocked before the Client starts its loop thread, which inherits the mask.
+  const BlockedSignals signals(kStopSignals);
+  const auto mailbox = std::make_shared<Mailbox>();
   redlock::Client client(settings.client);
   warm_up(client, settings.acquire.fencing);
-  const auto start = client.now();
-  redlock::Result result = client.acquire(settings.resource, first_attempt(settings.acquire));
-  if (const auto rest = rest_of_acquire(result, settings.acquire, client.options(), client.now() - start)) {
-    std::this_thread::sleep_for(rest->pause);
-    const int earlier = result.attempts;
-    result = client.acquire(settings.resource, rest->options);
-    result.attempts += earlier;
+  int interrupted = 0;
+  redlock::Result result = acquire_interruptibly(
+      client, settings, signals, mailbox, [](const signalfd_siginfo& info) { return static_cast<int>(info.ssi_signo); },
+      interrupted);
+  if (interrupted == 0 && result.ok()) {  // a signal that came with the grant: not handed out
+    for (const auto& info : signals.read_all()) {
+      if (interrupted == 0) interrupted = static_cast<int>(info.ssi_signo);
+    }
+    if (interrupted != 0) result = released_at_signal(client, std::move(result));
   }
-  const int code = exit_code_for(result, settings.conflict_exit_code);
-  const auto notes = acquire_notes(result, settings);
+  const int code = interrupted != 0 ? 128 + interrupted : exit_code_for(result, settings.conflict_exit_code);
+  auto notes = acquire_notes(result, settings);
+  if (interrupted != 0) {
+    notes.push_back("interrupted by " + signal_name(interrupted) + " while acquiring " + quoted(settings) + ": " +
+                    result.message);
+  }
   if (out.json()) {
     auto object = result_json(result, "acquire", settings.resource, settings.key);
     object["notes"] = notes;
     object["exit_code"] = code;
     if (!Output::emit(stdout, object) && result.ok()) return token_not_written(client, *result.lock, settings);
+    return code;
+  }
+  if (interrupted != 0) {
+    for (const auto& note : notes) out.note(note);
     return code;
   }
   if (result.ok()) {

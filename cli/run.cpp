@@ -41,7 +41,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -54,10 +53,8 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <deque>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -67,6 +64,7 @@
 
 #include "commands.h"
 #include "exit_codes.h"
+#include "interrupt.h"
 #include "redlock/lease.h"
 #include "secrets.h"
 
@@ -77,8 +75,8 @@ using std::chrono::milliseconds;
 using TimePoint = std::chrono::steady_clock::time_point;
 using namespace std::chrono_literals;
 
-// Forwarded to the command's process group. SIGTSTP and SIGCONT are forwarded too (job control).
-constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+// kStopSignals (interrupt.h) are forwarded to the command's process group. SIGTSTP and SIGCONT
+// are forwarded too (job control).
 // Blocked and read from the signalfd as well. SIGTTIN/SIGTTOU are only blocked: redlock never
 // reads the terminal, a blocked SIGTTOU lets it write there from the background, and
 // tcsetpgrp() from the background needs it blocked.
@@ -90,14 +88,7 @@ constexpr milliseconds kGroupCheckInterval{100};
 
 [[noreturn]] void throw_errno(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
 
-std::string signal_name(int signal) {
-  if (const char* abbrev = ::sigabbrev_np(signal)) return std::string("SIG") + abbrev;
-  return "signal " + std::to_string(signal);
-}
-
-bool is_forwarded(int signal) {
-  return std::find(std::begin(kForwardedSignals), std::end(kForwardedSignals), signal) != std::end(kForwardedSignals);
-}
+bool is_forwarded(int signal) { return std::find(kStopSignals.begin(), kStopSignals.end(), signal) != kStopSignals.end(); }
 
 std::string ms_text(std::chrono::nanoseconds value) {
   return std::to_string(std::chrono::duration_cast<milliseconds>(value).count()) + " ms";
@@ -109,104 +100,20 @@ std::int64_t monotonic_ns(TimePoint when) {
 
 Json time_json(const std::optional<TimePoint>& when) { return when ? Json(monotonic_ns(*when)) : Json(nullptr); }
 
-// Owns a file descriptor.
-class Fd {
+// The signals run handles: kStopSignals (forwarded to the command's group), job control
+// and SIGCHLD, blocked (in this thread, and so in every thread started later) and read from a
+// signalfd. Ignores SIGPIPE: a closed stderr must not kill redlock while the command runs on
+// without a lease.
+std::vector<int> run_signals() {
+  std::vector<int> signals = kStopSignals;
+  signals.insert(signals.end(), std::begin(kJobControlSignals), std::end(kJobControlSignals));
+  signals.push_back(SIGCHLD);
+  return signals;
+}
+
+class SignalChannel : public BlockedSignals {
  public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  [[nodiscard]] int get() const noexcept { return fd_; }
-
- private:
-  int fd_;
-};
-
-// Lock results, and wake-ups for the lease's loss signal, handed from the library's loop
-// thread to the main thread. Shared with the callbacks, so a late callback never touches
-// freed memory.
-class Mailbox {
- public:
-  Mailbox() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-    if (fd_.get() < 0) throw_errno("eventfd");
-  }
-  [[nodiscard]] int fd() const noexcept { return fd_.get(); }
-
-  static redlock::Callback callback(const std::shared_ptr<Mailbox>& mailbox) {
-    return [mailbox](redlock::Result result) { mailbox->post(std::move(result)); };
-  }
-
-  void post(redlock::Result result) {
-    {
-      const std::lock_guard guard(mutex_);
-      results_.push_back(std::move(result));
-    }
-    notify();
-  }
-
-  // Only wakes the main thread up (it then asks the lease what happened). Never blocks.
-  void notify() {
-    const std::uint64_t one = 1;
-    if (::write(fd_.get(), &one, sizeof(one)) < 0) {
-      // Only EAGAIN is possible (counter saturated), and then a wake-up is pending anyway.
-    }
-  }
-
-  std::deque<redlock::Result> take() {
-    std::uint64_t count = 0;
-    if (::read(fd_.get(), &count, sizeof(count)) < 0) {
-      // EAGAIN: nothing posted since the last take.
-    }
-    const std::lock_guard guard(mutex_);
-    return std::exchange(results_, {});
-  }
-
- private:
-  Fd fd_;
-  std::mutex mutex_;
-  std::deque<redlock::Result> results_;
-};
-
-// Blocks the signals run handles (in this thread, and so in every thread started later)
-// and reads them from a signalfd. Ignores SIGPIPE: a closed stderr must not kill redlock
-// while the command runs on without a lease.
-class SignalChannel {
- public:
-  SignalChannel() : fd_(open()) {}
-  [[nodiscard]] int fd() const noexcept { return fd_.get(); }
-  // The mask the process started with: what the command gets.
-  [[nodiscard]] const sigset_t& original_mask() const noexcept { return original_; }
-  // Signals whose disposition redlock changed from the default: the command gets the default.
-  [[nodiscard]] const sigset_t& changed_to_default() const noexcept { return defaults_; }
-
-  std::vector<signalfd_siginfo> read_all() const {
-    std::vector<signalfd_siginfo> out;
-    for (;;) {
-      signalfd_siginfo info{};
-      const auto got = ::read(fd_.get(), &info, sizeof(info));
-      if (got == static_cast<ssize_t>(sizeof(info))) {
-        out.push_back(info);
-      } else if (got < 0 && errno == EINTR) {
-        continue;
-      } else {
-        return out;  // EAGAIN: drained
-      }
-    }
-  }
-
- private:
-  int open() {
-    sigset_t set;
-    sigemptyset(&set);
-    for (const int signal : kForwardedSignals) sigaddset(&set, signal);
-    for (const int signal : kJobControlSignals) sigaddset(&set, signal);
-    sigaddset(&set, SIGCHLD);
-    if (const int rc = ::pthread_sigmask(SIG_BLOCK, &set, &original_); rc != 0) {
-      errno = rc;
-      throw_errno("pthread_sigmask");
-    }
+  SignalChannel() : BlockedSignals(run_signals()) {
     sigemptyset(&defaults_);
     sigaddset(&defaults_, SIGCHLD);
     // An inherited SIG_IGN for SIGCHLD would make the kernel reap the children behind our back.
@@ -218,14 +125,12 @@ class SignalChannel {
     action.sa_handler = SIG_IGN;
     if (::sigaction(SIGPIPE, &action, &previous) != 0) throw_errno("sigaction(SIGPIPE)");
     if (previous.sa_handler != SIG_IGN) sigaddset(&defaults_, SIGPIPE);  // an inherited SIG_IGN stays
-    const int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (fd < 0) throw_errno("signalfd");
-    return fd;
   }
+  // Signals whose disposition redlock changed from the default: the command gets the default.
+  [[nodiscard]] const sigset_t& changed_to_default() const noexcept { return defaults_; }
 
-  sigset_t original_{};
+ private:
   sigset_t defaults_{};
-  Fd fd_;
 };
 
 // The controlling terminal, if redlock has one.
@@ -289,13 +194,6 @@ int spawn_failure_exit_code(int error) {
   }
 }
 
-// Milliseconds from now until `when`, rounded up, for poll(); 0 if it has passed.
-int poll_timeout(TimePoint now, TimePoint when) {
-  if (when <= now) return 0;
-  const auto wait = std::chrono::ceil<milliseconds>(when - now).count();
-  return static_cast<int>(std::min<long long>(wait, 60'000));
-}
-
 class RunSession {
  public:
   RunSession(const Settings& settings, const Output& out) : settings_(settings), out_(out) {}
@@ -305,13 +203,8 @@ class RunSession {
   void check_kill_after();
   void poll_once(int timeout_ms) const;
   std::optional<int> acquire();  // the exit status if the lock was not acquired
-  // One acquire call, cancelled by a forwarded signal (stored in interrupted_).
-  redlock::Result acquire_once(const redlock::AcquireOptions& options);
-  // Waits until `until` unless a forwarded signal comes first (stored in interrupted_).
-  void pause_until(TimePoint until);
-  // A signal while acquiring: Ctrl-Z stops redlock (nothing runs under the lock yet), a
-  // forwarded signal ends the acquire.
-  void on_signal_while_acquiring(const signalfd_siginfo& info);
+  // A signal while acquiring: the signal that ends the acquire, or 0 (acquire_interruptibly).
+  static int on_signal_while_acquiring(const signalfd_siginfo& info);
   // Hands the acquired lock to the library's lease, which renews it from now on (not with
   // --no-extend).
   void keep_lock();
@@ -408,10 +301,7 @@ void RunSession::check_kill_after() {
                    "; with this ttl it can be at most " + std::to_string(limit.count() - 1) + "ms");
 }
 
-void RunSession::poll_once(int timeout_ms) const {
-  pollfd fds[2] = {{signals_.fd(), POLLIN, 0}, {mailbox_->fd(), POLLIN, 0}};
-  if (::poll(fds, 2, timeout_ms) < 0 && errno != EINTR) throw_errno("poll");
-}
+void RunSession::poll_once(int timeout_ms) const { wait_for_either(signals_, *mailbox_, timeout_ms); }
 
 int RunSession::run() {
   client_.emplace(settings_.client);  // its loop thread inherits the blocked signals
@@ -476,59 +366,21 @@ int RunSession::run() {
   return code;
 }
 
-void RunSession::on_signal_while_acquiring(const signalfd_siginfo& info) {
+// Ctrl-Z while acquiring stops redlock (nothing runs under the lock yet); a forwarded signal
+// ends the acquire.
+int RunSession::on_signal_while_acquiring(const signalfd_siginfo& info) {
   const int signal = static_cast<int>(info.ssi_signo);
-  if (interrupted_ != 0) return;
   if (signal == SIGTSTP) {
-    ::kill(::getpid(), SIGSTOP);  // Ctrl-Z while acquiring: nothing runs under the lock yet
-  } else if (is_forwarded(signal)) {
-    interrupted_ = signal;
+    ::kill(::getpid(), SIGSTOP);
+    return 0;
   }
-}
-
-redlock::Result RunSession::acquire_once(const redlock::AcquireOptions& options) {
-  const auto id = client_->acquire_async(settings_.resource, Mailbox::callback(mailbox_), options);
-  std::optional<redlock::Result> result;
-  bool cancelled = false;
-  while (!result) {
-    poll_once(-1);
-    for (const auto& info : signals_.read_all()) on_signal_while_acquiring(info);
-    if (interrupted_ != 0 && !cancelled) {
-      cancelled = true;
-      client_->cancel(id);
-    }
-    for (auto& mail : mailbox_->take()) result = std::move(mail);
-  }
-  return std::move(*result);
-}
-
-void RunSession::pause_until(TimePoint until) {
-  for (auto now = client_->now(); interrupted_ == 0 && now < until; now = client_->now()) {
-    poll_once(poll_timeout(now, until));
-    for (const auto& info : signals_.read_all()) on_signal_while_acquiring(info);
-  }
+  return is_forwarded(signal) ? signal : 0;
 }
 
 std::optional<int> RunSession::acquire() {
-  // The first attempt alone, then the rest of the retries (commands.h: first_attempt).
-  const auto start = client_->now();
-  acquired_ = acquire_once(first_attempt(settings_.acquire));
-  if (interrupted_ == 0) {
-    if (const auto rest = rest_of_acquire(acquired_, settings_.acquire, client_->options(), client_->now() - start)) {
-      pause_until(client_->now() + rest->pause);
-      if (interrupted_ == 0) {
-        const int earlier = acquired_.attempts;
-        acquired_ = acquire_once(rest->options);
-        acquired_.attempts += earlier;
-      } else {
-        acquired_.outcome = redlock::Outcome::cancelled;
-        acquired_.message = "cancelled by the caller";
-      }
-    }
-  }
+  acquired_ = acquire_interruptibly(*client_, settings_, signals_, mailbox_, on_signal_while_acquiring, interrupted_);
   notes_ = acquire_notes(acquired_, settings_);
   if (interrupted_ != 0) {
-    if (acquired_.ok()) client_->release(*acquired_.lock);  // granted just before the cancel
     const int code = 128 + interrupted_;
     if (!out_.json()) out_.note("interrupted by " + signal_name(interrupted_) + " while acquiring " + resource());
     report(code, nullptr);

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+// cli/interrupt.cpp — see interrupt.h.
+#include "interrupt.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <system_error>
+#include <utility>
+
+#include "commands.h"
+
+namespace redlock_cli {
+namespace {
+
+[[noreturn]] void throw_errno(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
+
+}  // namespace
+
+int poll_timeout(std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point when) {
+  if (when <= now) return 0;
+  const auto wait = std::chrono::ceil<std::chrono::milliseconds>(when - now).count();
+  return static_cast<int>(std::min<long long>(wait, 60'000));
+}
+
+Fd::~Fd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Mailbox::Mailbox() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (fd_.get() < 0) throw_errno("eventfd");
+}
+
+redlock::Callback Mailbox::callback(const std::shared_ptr<Mailbox>& mailbox) {
+  return [mailbox](redlock::Result result) { mailbox->post(std::move(result)); };
+}
+
+void Mailbox::post(redlock::Result result) {
+  {
+    const std::lock_guard guard(mutex_);
+    results_.push_back(std::move(result));
+  }
+  notify();
+}
+
+void Mailbox::notify() {
+  const std::uint64_t one = 1;
+  if (::write(fd_.get(), &one, sizeof(one)) < 0) {
+    // Only EAGAIN is possible (counter saturated), and then a wake-up is pending anyway.
+  }
+}
+
+std::deque<redlock::Result> Mailbox::take() {
+  std::uint64_t count = 0;
+  if (::read(fd_.get(), &count, sizeof(count)) < 0) {
+    // EAGAIN: nothing posted since the last take.
+  }
+  const std::lock_guard guard(mutex_);
+  return std::exchange(results_, {});
+}
+
+sigset_t BlockedSignals::block(const std::vector<int>& signals, sigset_t& original) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (const int signal : signals) sigaddset(&set, signal);
+  if (const int rc = ::pthread_sigmask(SIG_BLOCK, &set, &original); rc != 0) {
+    errno = rc;
+    throw_errno("pthread_sigmask");
+  }
+  return set;
+}
+
+BlockedSignals::BlockedSignals(const std::vector<int>& signals) : fd_([&] {
+  const sigset_t set = block(signals, original_);
+  const int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (fd < 0) throw_errno("signalfd");
+  return fd;
+}()) {}
+
+std::vector<signalfd_siginfo> BlockedSignals::read_all() const {
+  std::vector<signalfd_siginfo> out;
+  for (;;) {
+    signalfd_siginfo info{};
+    const auto got = ::read(fd_.get(), &info, sizeof(info));
+    if (got == static_cast<ssize_t>(sizeof(info))) {
+      out.push_back(info);
+    } else if (got < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return out;  // EAGAIN: drained
+    }
+  }
+}
+
+std::string signal_name(int signal) {
+  if (const char* abbrev = ::sigabbrev_np(signal)) return std::string("SIG") + abbrev;
+  return "signal " + std::to_string(signal);
+}
+
+void wait_for_either(const BlockedSignals& signals, const Mailbox& mailbox, int timeout_ms) {
+  pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {mailbox.fd(), POLLIN, 0}};
+  if (::poll(fds, 2, timeout_ms) < 0 && errno != EINTR) throw_errno("poll");
+}
+
+redlock::Result acquire_interruptibly(redlock::Client& client, const Settings& settings, const BlockedSignals& signals,
+                                      const std::shared_ptr<Mailbox>& mailbox,
+                                      const std::function<int(const signalfd_siginfo&)>& on_signal, int& interrupted) {
+  interrupted = 0;
+  const auto read_signals = [&] {
+    for (const auto& info : signals.read_all()) {
+      if (interrupted == 0) interrupted = on_signal(info);
+    }
+  };
+  // One acquire call, cancelled at an interrupting signal.
+  const auto attempt = [&](const redlock::AcquireOptions& options) {
+    const auto id = client.acquire_async(settings.resource, Mailbox::callback(mailbox), options);
+    std::optional<redlock::Result> result;
+    bool cancelled = false;
+    while (!result) {
+      wait_for_either(signals, *mailbox, -1);
+      read_signals();
+      if (interrupted != 0 && !cancelled) {
+        cancelled = true;
+        client.cancel(id);
+      }
+      for (auto& mail : mailbox->take()) result = std::move(mail);
+    }
+    return std::move(*result);
+  };
+  const auto start = client.now();
+  redlock::Result result = attempt(first_attempt(settings.acquire));
+  if (interrupted == 0) {
+    if (const auto rest = rest_of_acquire(result, settings.acquire, client.options(), client.now() - start)) {
+      const auto until = client.now() + rest->pause;
+      for (auto now = client.now(); interrupted == 0 && now < until; now = client.now()) {
+        wait_for_either(signals, *mailbox, poll_timeout(now, until));
+        read_signals();
+      }
+      if (interrupted == 0) {
+        const int earlier = result.attempts;
+        result = attempt(rest->options);
+        result.attempts += earlier;
+      } else {
+        result.outcome = redlock::Outcome::cancelled;
+        result.message = "cancelled by the caller";
+      }
+    }
+  }
+  if (interrupted != 0 && result.ok()) result = released_at_signal(client, std::move(result));  // granted before the cancel
+  return result;
+}
+
+redlock::Result released_at_signal(redlock::Client& client, redlock::Result granted) {
+  const redlock::Result released = client.release(*granted.lock);
+  granted.outcome = redlock::Outcome::cancelled;
+  granted.message = released.ok() ? "granted as the signal came, and released"
+                                  : "granted as the signal came; its release failed (" +
+                                        std::string(redlock::to_string(released.outcome)) + "): the lock stays held until its ttl ends";
+  granted.lock.reset();
+  return granted;
+}
+
+}  // namespace redlock_cli
