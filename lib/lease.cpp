@@ -169,6 +169,10 @@ void LeaseCore::start() {
     signal_loss(LossReason::restarted);
     return;
   }
+  if (client->given_up(lock)) {  // released (through any copy): the keys are gone or going
+    signal_loss(LossReason::taken);
+    return;
+  }
   arm();
 }
 
@@ -238,6 +242,10 @@ void LeaseCore::renewed(Result result) {
   }
   if (this->lock().lost()) {  // the restart guard's verdict (an extend of a lost lock is refused)
     signal_loss(LossReason::restarted);
+    return;
+  }
+  if (client->given_up(this->lock())) {  // released through another copy (its extend is refused)
+    signal_loss(LossReason::taken);
     return;
   }
   // Taken only when so many masters answered "no key" or "another owner" that no quorum can

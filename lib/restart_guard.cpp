@@ -121,7 +121,7 @@ std::optional<std::string> RestartGuard::counted_because(std::uint32_t index) co
   if (now > master.started_ns && now - master.started_ns > guard_ns_) return std::nullopt;  // the age rule
   return std::string(
       "counted at once: restarted from a durable incarnation (appendonly yes, appendfsync always, "
-      "no-appendfsync-on-rewrite no; restart guard)");
+      "no-appendfsync-on-rewrite no, AOF on since its start; restart guard)");
 }
 
 bool RestartGuard::same_server(std::uint32_t a, std::uint32_t b) const {

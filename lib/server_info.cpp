@@ -59,14 +59,17 @@ void read_info_persistence(const redisReply& reply, ServerInfo& info) {
   if (reply.type != REDIS_REPLY_STRING) return;
   const std::string_view text(reply.str, reply.len);
   long long rewrites = 0;
+  long long last_rewrite_sec = 0;
   int in_progress = 0;
   int scheduled = 0;
   if (!read_number(info_field(text, "\naof_rewrites:"), rewrites) || rewrites < 0 ||
+      !read_number(info_field(text, "\naof_last_rewrite_time_sec:"), last_rewrite_sec) ||
       !read_number(info_field(text, "\naof_rewrite_in_progress:"), in_progress) ||
       !read_number(info_field(text, "\naof_rewrite_scheduled:"), scheduled)) {
     return;
   }
-  info.aof_rewrites = rewrites;
+  // CONFIG RESETSTAT zeroes the count but not the last rewrite's duration (-1: none yet).
+  info.aof_rewrites = rewrites == 0 && last_rewrite_sec != -1 ? 1 : rewrites;
   info.aof_rewriting = in_progress != 0 || scheduled != 0;
 }
 

@@ -505,7 +505,9 @@ TEST(RestartGuardTest, AofSwitchedOffOnALiveMasterIsNoticedBeforeItRestarts) {
 // on at run time starts a rewrite (INFO persistence: aof_rewrites 1), one on since the start has
 // none. Before: both counted at once with their votes kept, and the second Client was granted
 // the lock the first still held on one master (review; two holders).
-TEST(RestartGuardTest, ADurableMasterRestartedEmptyWithAofSwitchedOnLaterIsNotCountedAtOnce) {
+// `reset_stats`: CONFIG RESETSTAT once the rewrite is over, which zeroes aof_rewrites (review of
+// the fix: counted at once again). aof_last_rewrite_time_sec is not reset: it says a rewrite ran.
+void durable_master_restarted_empty_with_aof_switched_on_later(bool reset_stats) {
   support::RedisServerOptions durable;
   durable.persistence = true;
   RedisServerGroup masters(3, durable);
@@ -524,6 +526,15 @@ TEST(RestartGuardTest, ADurableMasterRestartedEmptyWithAofSwitchedOnLaterIsNotCo
     masters[i].restart({"--appendonly", "no"});  // comes back empty
     masters[i].command({"CONFIG", "SET", "appendonly", "yes"});
     masters[i].command({"CONFIG", "SET", "appendfsync", "always"});
+    if (reset_stats) {
+      ASSERT_TRUE(eventually([&] {
+        const std::string info = masters[i].command({"INFO", "persistence"}).str;
+        return info.find("aof_rewrite_in_progress:0") != std::string::npos &&
+               info.find("aof_rewrite_scheduled:0") != std::string::npos;
+      }));
+      masters[i].command({"CONFIG", "RESETSTAT"});
+      ASSERT_NE(masters[i].command({"INFO", "persistence"}).str.find("aof_rewrites:0"), std::string::npos);
+    }
   }
   ASSERT_EQ(holding(masters, held.lock->key, held.lock->token), 1u);
   ASSERT_TRUE(first.wait_connected(3, 5s));
@@ -539,6 +550,14 @@ TEST(RestartGuardTest, ADurableMasterRestartedEmptyWithAofSwitchedOnLaterIsNotCo
     EXPECT_EQ(other.masters[i].status, MasterStatus::not_counted) << format_result(other);
   }
   EXPECT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
+}
+
+TEST(RestartGuardTest, ADurableMasterRestartedEmptyWithAofSwitchedOnLaterIsNotCountedAtOnce) {
+  durable_master_restarted_empty_with_aof_switched_on_later(false);
+}
+
+TEST(RestartGuardTest, ADurableMasterRestartedEmptyWithAofSwitchedOnAndStatsResetIsNotCountedAtOnce) {
+  durable_master_restarted_empty_with_aof_switched_on_later(true);
 }
 
 // What this Client knows of a durable master's durability ends when it loses the connection:

@@ -75,7 +75,8 @@ class LeaseCore;
 using Callback = std::function<void(Result)>;
 
 enum class LossReason {
-  taken,      // a renewal found the key gone or another owner's token on a quorum
+  taken,      // a renewal found the key gone or another owner's token on a quorum, or the Lock
+              // released through another copy of it (Client::release, another Lease)
   restarted,  // restart guard: masters that granted it restarted; below quorum now (Lock::lost())
   deadline,   // deadline - loss_margin arrived without a successful renewal
 };

@@ -103,8 +103,8 @@ struct ClientOptions {
   // Restart guard. A master restarted without persistence has forgotten its keys, so for
   // one max_lock_ttl after it (re)starts its grants are not votes: it still receives SET and
   // release, but its OK counts as `not_counted`. The Client reads INFO server (run_id,
-  // uptime_in_seconds) and CONFIG GET appendonly/appendfsync/no-appendfsync-on-rewrite on
-  // every (re)connect, and the durability again every second while a master counts as
+  // uptime_in_seconds), CONFIG GET appendonly/appendfsync/no-appendfsync-on-rewrite and INFO
+  // persistence (AOF rewrites since the start) on every (re)connect, and the durability again every second while a master counts as
   // durable. Its age is uptime - 1 s (Redis rounds uptime up by up to 1 s); once this Client
   // has seen a master's run_id change, the age counts from that moment on the Client's own
   // clock, so a wall-clock step on the master cannot make it look old (a first contact can
@@ -112,7 +112,8 @@ struct ClientOptions {
   // Client holds; a lock left below quorum reports Lock::lost(). A durable master (appendonly
   // yes, appendfsync always, no-appendfsync-on-rewrite no, as CONFIG GET reports it) loses
   // nothing on restart: after a restart this Client saw from a durable incarnation, within
-  // seconds of its last reading of it, it is counted at once and keeps its votes (a first
+  // seconds of its last reading of it, whose AOF was on from its start (no AOF rewrite yet:
+  // Redis 7.0 or later), it is counted at once and keeps its votes (a first
   // contact applies the age rule: the previous incarnation may not have been durable). Two
   // masters that are the same server (same run_id) give one vote, guard on or off.
   // Default on.

@@ -28,9 +28,10 @@ struct ServerInfo {
   // "yes" skips the fsync while a BGSAVE or AOF rewrite runs, even under appendfsync always.
   std::string no_appendfsync_on_rewrite;
   // INFO persistence: AOF rewrites since the server started (-1: not reported: Redis before
-  // 7.0, or INFO refused) and whether one is running or scheduled now. AOF switched on at run
-  // time starts a rewrite at once, so a server whose AOF was on from its start reports 0 and
-  // none running (aof_since_start()).
+  // 7.0, or INFO refused; at least 1 when aof_last_rewrite_time_sec says one ran, which CONFIG
+  // RESETSTAT does not clear, unlike aof_rewrites) and whether one is running or scheduled now.
+  // AOF switched on at run time starts a rewrite at once, so a server whose AOF was on from its
+  // start reports 0 and none running (aof_since_start()).
   long long aof_rewrites = -1;
   bool aof_rewriting = false;
   std::string error;        // why run_id is unknown
@@ -65,7 +66,8 @@ struct ServerInfo {
 // INFO server: run_id and uptime_in_seconds, read at `read_at_ns` (loop time), set run_id and
 // started_ns, or error when the reply has neither.
 void read_info_server(const redisReply& reply, std::uint64_t read_at_ns, ServerInfo& info);
-// INFO persistence: aof_rewrites, aof_rewrite_in_progress, aof_rewrite_scheduled; anything
+// INFO persistence: aof_rewrites, aof_last_rewrite_time_sec, aof_rewrite_in_progress,
+// aof_rewrite_scheduled; anything
 // else (an error, a field missing) leaves `info` alone (unknown: not on since the start).
 void read_info_persistence(const redisReply& reply, ServerInfo& info);
 // An error reply that says what state the server is in (LOADING its dataset, BUSY with a
