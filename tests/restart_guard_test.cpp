@@ -460,6 +460,26 @@ TEST(RestartGuardTest, AMasterRestartedWithAofSwitchedOnIsNotCountedAtOnce) {
   EXPECT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
 }
 
+// Masters 0 and 1 of three, which granted `held` (first's lock on `resource`), came back
+// without its key: first must know it lost, and second must not be granted it.
+void two_of_three_grants_gone(RedisServerGroup& masters, Client& first, Client& second, const Result& held,
+                              const std::string& resource) {
+  ASSERT_EQ(holding(masters, held.lock->key, held.lock->token), 1u);
+  ASSERT_TRUE(first.wait_connected(3, 5s));
+  ASSERT_TRUE(second.wait_connected(3, 5s));
+  std::this_thread::sleep_for(100ms);
+  ASSERT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
+  EXPECT_TRUE(held.lock->lost()) << "two of its three grants are gone";
+  const Result other = second.acquire(resource);
+  if (other) second.release(*other.lock);
+  EXPECT_NE(other.outcome, Outcome::acquired) << "a second holder\n" << format_result(other);
+  for (const std::size_t i : {0u, 1u}) {
+    if (other.masters[i].status == MasterStatus::pending) continue;
+    EXPECT_EQ(other.masters[i].status, MasterStatus::not_counted) << format_result(other);
+  }
+  EXPECT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
+}
+
 // The other way round: AOF switched off at run time (CONFIG SET appendonly no) on a live,
 // durable incarnation. What it grants from then on is in memory only, and a restart from the
 // unchanged config file (appendonly yes) reloads the old AOF without it. Clients connected
@@ -483,20 +503,7 @@ TEST(RestartGuardTest, AofSwitchedOffOnALiveMasterIsNoticedBeforeItRestarts) {
     masters[i].kill();
     masters[i].restart();  // appendonly yes again, from the old AOF: the key is gone
   }
-  ASSERT_EQ(holding(masters, held.lock->key, held.lock->token), 1u);
-  ASSERT_TRUE(first.wait_connected(3, 5s));
-  ASSERT_TRUE(second.wait_connected(3, 5s));
-  std::this_thread::sleep_for(100ms);
-  ASSERT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
-  EXPECT_TRUE(held.lock->lost()) << "two of its three grants are gone";
-  const Result other = second.acquire("aof-switched-off");
-  if (other) second.release(*other.lock);
-  EXPECT_NE(other.outcome, Outcome::acquired) << "a second holder\n" << format_result(other);
-  for (const std::size_t i : {0u, 1u}) {
-    if (other.masters[i].status == MasterStatus::pending) continue;
-    EXPECT_EQ(other.masters[i].status, MasterStatus::not_counted) << format_result(other);
-  }
-  EXPECT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
+  two_of_three_grants_gone(masters, first, second, held, "aof-switched-off");
 }
 
 // A durable master restarted without its AOF (the new incarnation started with appendonly no,
@@ -536,20 +543,7 @@ void durable_master_restarted_empty_with_aof_switched_on_later(bool reset_stats)
       ASSERT_NE(masters[i].command({"INFO", "persistence"}).str.find("aof_rewrites:0"), std::string::npos);
     }
   }
-  ASSERT_EQ(holding(masters, held.lock->key, held.lock->token), 1u);
-  ASSERT_TRUE(first.wait_connected(3, 5s));
-  ASSERT_TRUE(second.wait_connected(3, 5s));
-  std::this_thread::sleep_for(100ms);
-  ASSERT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
-  EXPECT_TRUE(held.lock->lost()) << "two of its three grants are gone";
-  const Result other = second.acquire("aof-on-later");
-  if (other) second.release(*other.lock);
-  EXPECT_NE(other.outcome, Outcome::acquired) << "a second holder\n" << format_result(other);
-  for (const std::size_t i : {0u, 1u}) {
-    if (other.masters[i].status == MasterStatus::pending) continue;
-    EXPECT_EQ(other.masters[i].status, MasterStatus::not_counted) << format_result(other);
-  }
-  EXPECT_GT(held.lock->deadline, first.now()) << "the scenario must run while the first lock is valid";
+  two_of_three_grants_gone(masters, first, second, held, "aof-on-later");
 }
 
 TEST(RestartGuardTest, ADurableMasterRestartedEmptyWithAofSwitchedOnLaterIsNotCountedAtOnce) {
