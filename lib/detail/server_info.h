@@ -12,8 +12,8 @@ struct redisReply;
 
 namespace redlock::detail {
 
-// What the handshake learned about the server (INFO server and persistence, CONFIG GET, the permission
-// check), for the restart guard, the fencing counter and which commands may be sent.
+// What the handshake learned about the server (INFO server and persistence, CONFIG GET, the
+// permission check), for the restart guard, the fencing counter and which commands may be sent.
 // Replaced on every connect.
 struct ServerInfo {
   std::string run_id;  // empty if INFO failed (see error)
@@ -67,8 +67,8 @@ struct ServerInfo {
 // started_ns, or error when the reply has neither.
 void read_info_server(const redisReply& reply, std::uint64_t read_at_ns, ServerInfo& info);
 // INFO persistence: aof_rewrites, aof_last_rewrite_time_sec, aof_rewrite_in_progress,
-// aof_rewrite_scheduled; anything
-// else (an error, a field missing) leaves `info` alone (unknown: not on since the start).
+// aof_rewrite_scheduled; anything else (an error, a field missing) leaves `info` alone
+// (unknown: not on since the start).
 void read_info_persistence(const redisReply& reply, ServerInfo& info);
 // An error reply that says what state the server is in (LOADING its dataset, BUSY with a
 // script), not what it thinks of the command: a reply that proves nothing either way.
