@@ -237,24 +237,13 @@ int token_not_written(redlock::Client& client, const redlock::Lock& lock, const 
 
 }  // namespace
 
-int acquire_command(const Settings& settings, const Output& out) {
-  // A token written into a pipe nobody reads must fail the write (EPIPE) and be released,
-  // not kill the tool with the lock held (SIGPIPE). acquire starts no other program.
-  std::signal(SIGPIPE, SIG_IGN);
-  if (settings.stdout_closed) {  // the token would go to the /dev/null main() put there
-    print_error("stdout is closed: acquire would have nowhere to write the token of " + quoted(settings) +
-                "; nothing was acquired");
-    return kExitIoError;
-  }
-  // A signal that would end the tool while an attempt is out (Ctrl-C, timeout(1)) must not
-  // leave what that attempt was granted held for its whole ttl with nobody knowing the token:
-  // the signals are read, the attempt is cancelled (and released), and the tool exits 128 + N.
-  // Blocked before the Client starts its loop thread, which inherits the mask.
-  const BlockedSignals signals(kStopSignals);
+namespace {
+
+// acquire_command with the signals already blocked; `interrupted`: the signal that ended it.
+int acquire_and_print(const Settings& settings, const Output& out, const BlockedSignals& signals, int& interrupted) {
   const auto mailbox = std::make_shared<Mailbox>();
   redlock::Client client(settings.client);
   warm_up(client, settings.acquire.fencing);
-  int interrupted = 0;
   redlock::Result result = acquire_interruptibly(
       client, settings, signals, mailbox, [](const signalfd_siginfo& info) { return static_cast<int>(info.ssi_signo); },
       interrupted);
@@ -296,6 +285,29 @@ int acquire_command(const Settings& settings, const Output& out) {
     out.failure("could not acquire " + quoted(settings), result);
   }
   for (const auto& note : notes) out.note(note);
+  return code;
+}
+
+}  // namespace
+
+int acquire_command(const Settings& settings, const Output& out) {
+  // A token written into a pipe nobody reads must fail the write (EPIPE) and be released,
+  // not kill the tool with the lock held (SIGPIPE). acquire starts no other program.
+  std::signal(SIGPIPE, SIG_IGN);
+  if (settings.stdout_closed) {  // the token would go to the /dev/null main() put there
+    print_error("stdout is closed: acquire would have nowhere to write the token of " + quoted(settings) +
+                "; nothing was acquired");
+    return kExitIoError;
+  }
+  // A signal that would end the tool while an attempt is out (Ctrl-C, timeout(1)) must not
+  // leave what that attempt was granted held for its whole ttl with nobody knowing the token:
+  // the signals are read, the attempt is cancelled (and released), and once the Client is gone
+  // (its connections have written what was queued) the tool dies of the signal. Blocked before
+  // the Client starts its loop thread, which inherits the mask; ignored ones stay ignored.
+  const BlockedSignals signals(not_ignored(kStopSignals));
+  int interrupted = 0;
+  const int code = acquire_and_print(settings, out, signals, interrupted);
+  if (interrupted != 0) die_of(interrupted);
   return code;
 }
 

@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -98,6 +101,27 @@ std::vector<signalfd_siginfo> BlockedSignals::read_all() const {
   }
 }
 
+std::vector<int> not_ignored(const std::vector<int>& signals) {
+  std::vector<int> out;
+  for (const int signal : signals) {
+    struct sigaction current {};
+    if (::sigaction(signal, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) continue;
+    out.push_back(signal);
+  }
+  return out;
+}
+
+void die_of(int signal) {
+  std::fflush(nullptr);
+  std::signal(signal, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, signal);
+  ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);  // pending copies of it are delivered here
+  std::raise(signal);
+  std::_Exit(128 + signal);  // a signal whose default is not to end the process
+}
+
 std::string signal_name(int signal) {
   if (const char* abbrev = ::sigabbrev_np(signal)) return std::string("SIG") + abbrev;
   return "signal " + std::to_string(signal);
@@ -119,6 +143,13 @@ redlock::Result acquire_interruptibly(redlock::Client& client, const Settings& s
   };
   // One acquire call, cancelled at an interrupting signal.
   const auto attempt = [&](const redlock::AcquireOptions& options) {
+    read_signals();  // one that came before (during the warm-up): no attempt is sent
+    if (interrupted != 0) {
+      redlock::Result none;
+      none.outcome = redlock::Outcome::cancelled;
+      none.message = "cancelled by the caller";
+      return none;
+    }
     const auto id = client.acquire_async(settings.resource, Mailbox::callback(mailbox), options);
     std::optional<redlock::Result> result;
     bool cancelled = false;
@@ -159,10 +190,14 @@ redlock::Result acquire_interruptibly(redlock::Client& client, const Settings& s
 redlock::Result released_at_signal(redlock::Client& client, redlock::Result granted) {
   const redlock::Result released = client.release(*granted.lock);
   granted.outcome = redlock::Outcome::cancelled;
-  granted.message = released.ok() ? "granted as the signal came, and released"
-                                  : "granted as the signal came; its release failed (" +
-                                        std::string(redlock::to_string(released.outcome)) + "): the lock stays held until its ttl ends";
-  granted.lock.reset();
+  if (released.ok()) {
+    granted.message = "granted as the signal came, and released";
+    granted.lock.reset();
+  } else {
+    granted.message = "granted as the signal came; its release failed (" +
+                      std::string(redlock::to_string(released.outcome)) + "): token " + granted.lock->token +
+                      " holds it until its ttl ends, or until released with that token";
+  }
   return granted;
 }
 

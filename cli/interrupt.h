@@ -73,6 +73,16 @@ class BlockedSignals {
 // timeout(1), a supervisor): `run` forwards them to its command, `acquire` stops at them.
 inline const std::vector<int> kStopSignals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
+// Those of `signals` the tool was not started ignoring. A blocked signal is queued even when
+// ignored, so one the parent set to be ignored (nohup's SIGHUP, SIGINT and SIGQUIT of a
+// script's background job) must not be blocked: it stays ignored, as without redlock.
+[[nodiscard]] std::vector<int> not_ignored(const std::vector<int>& signals);
+
+// Ends the process as if `signal` had killed it (default disposition, unblocked, raised), so
+// that a shell running a script stops there as it does for a command killed by Ctrl-C
+// (a script goes on after a command that exits 130). Call it after everything is cleaned up.
+[[noreturn]] void die_of(int signal);
+
 // "SIGTERM", or "signal N".
 [[nodiscard]] std::string signal_name(int signal);
 
@@ -83,8 +93,9 @@ inline const std::vector<int> kStopSignals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, 
 // Waits up to `timeout_ms` (-1: no limit) for a signal or a mailbox post.
 void wait_for_either(const BlockedSignals& signals, const Mailbox& mailbox, int timeout_ms);
 
-// `granted`, released because a signal came with it: Outcome::cancelled, no lock, and a message
-// saying whether the release went through.
+// `granted`, released because a signal came with it: Outcome::cancelled, and a message saying
+// whether the release went through; the lock is kept only when it did not (its token is then
+// the caller's only way to release it).
 [[nodiscard]] redlock::Result released_at_signal(redlock::Client& client, redlock::Result granted);
 
 // The acquire of settings.resource with settings.acquire, sent as first_attempt and then

@@ -105,7 +105,7 @@ Json time_json(const std::optional<TimePoint>& when) { return when ? Json(monoto
 // signalfd. Ignores SIGPIPE: a closed stderr must not kill redlock while the command runs on
 // without a lease.
 std::vector<int> run_signals() {
-  std::vector<int> signals = kStopSignals;
+  std::vector<int> signals = not_ignored(kStopSignals);
   signals.insert(signals.end(), std::begin(kJobControlSignals), std::end(kJobControlSignals));
   signals.push_back(SIGCHLD);
   return signals;
@@ -198,6 +198,8 @@ class RunSession {
  public:
   RunSession(const Settings& settings, const Output& out) : settings_(settings), out_(out) {}
   int run();
+  // The signal that ended the acquire (run() then returned 128 + it), or 0.
+  [[nodiscard]] int interrupted_while_acquiring() const noexcept { return interrupted_; }
 
  private:
   void check_kill_after();
@@ -382,7 +384,10 @@ std::optional<int> RunSession::acquire() {
   notes_ = acquire_notes(acquired_, settings_);
   if (interrupted_ != 0) {
     const int code = 128 + interrupted_;
-    if (!out_.json()) out_.note("interrupted by " + signal_name(interrupted_) + " while acquiring " + resource());
+    if (!out_.json()) {
+      out_.note("interrupted by " + signal_name(interrupted_) + " while acquiring " + resource() + ": " +
+                acquired_.message);
+    }
     report(code, nullptr);
     return code;
   }
@@ -863,8 +868,15 @@ void RunSession::report(int code, const redlock::Result* release) const {
 }  // namespace
 
 int run_command(const Settings& settings, const Output& out) {
-  RunSession session(settings, out);
-  return session.run();
+  int interrupted = 0;
+  int code = 0;
+  {
+    RunSession session(settings, out);
+    code = session.run();
+    interrupted = session.interrupted_while_acquiring();
+  }
+  if (interrupted != 0) die_of(interrupted);  // as acquire does (interrupt.h), the Client gone first
+  return code;
 }
 
 }  // namespace redlock_cli

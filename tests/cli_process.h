@@ -78,6 +78,7 @@ inline std::vector<std::string> args_for(const std::vector<std::string>& uris, c
 
 struct Finished {
   int exit_code = -1;  // 128+N if killed by signal N
+  bool signaled = false;  // killed by a signal (not an exit with 128+N)
   std::string out;
   std::string err;
   bool timed_out = false;
@@ -192,7 +193,10 @@ class Process {
     ::waitpid(pid_, &status, 0);
     reaped_ = true;
     if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
+    if (WIFSIGNALED(status)) {
+      result.exit_code = 128 + WTERMSIG(status);
+      result.signaled = true;
+    }
     result.out = read_file(dir_ / "stdout");
     result.err = read_file(dir_ / "stderr");
     return result;

@@ -441,13 +441,13 @@ TEST_F(CliTest, RunExtendsTheLeaseWhileTheCommandOutlivesTheTtl) {
   EXPECT_TRUE(passed) << failures;
 }
 
-// SIGTERM (timeout(1), Ctrl-C, a supervisor) while an attempt is out: the tool ends with
-// 128 + N and leaves nothing locked. The attempt is made to wait: masters 1 and 2 frozen once
-// the tool is connected, then the holder's key deleted on master 0 only, so that the next
-// attempt (woken by the release's announcement) is granted there and waits for the frozen two
-// (--command-timeout 4s). Before, acquire
-// died of the signal and master 0 kept a key nobody had the token of for the whole 60 s ttl
-// (review); run already cancelled and released (not tested before).
+// SIGTERM (timeout(1), Ctrl-C, a supervisor) while an attempt is out: the tool dies of it and
+// leaves nothing locked. The attempt is made to wait: masters 1 and 2 frozen once the tool is
+// connected, then the holder's key deleted on master 0 only, so that the next attempt (woken
+// by the release's announcement) is granted there and waits for the frozen two
+// (--command-timeout 4s). Before, acquire died of the signal at once and master 0 kept a key
+// nobody had the token of for the whole 60 s ttl (review); run already cancelled and released
+// (not tested before), then exited 128 + N.
 TEST_F(CliTest, ASignalWhileAnAttemptIsOutLeavesNothingLocked) {
   const auto connected = [&](std::size_t i) {
     const std::string info = masters_[i].command({"INFO", "clients"}).str;
@@ -477,11 +477,39 @@ TEST_F(CliTest, ASignalWhileAnAttemptIsOutLeavesNothingLocked) {
     masters_[2].thaw();
     ASSERT_TRUE(in_flight) << "no attempt was granted on master 0\n" << describe(f);
     EXPECT_EQ(f.exit_code, 128 + SIGTERM) << describe(f);
+    // Dies of it once cleaned up: a shell running a script stops there, as for a command killed
+    // by Ctrl-C (after a command that exits 130 it goes on: review).
+    EXPECT_TRUE(f.signaled) << describe(f);
     EXPECT_NE(f.err.find("SIGTERM"), std::string::npos) << f.err;
     EXPECT_TRUE(eventually([&] { return value_on(0, "redlock:job").empty(); }))
         << "the interrupted attempt's key stayed on master 0, PTTL " << masters_[0].command({"PTTL", "redlock:job"}).integer;
     for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", "redlock:job"});
   }
+}
+
+// A stop signal the tool was started ignoring (nohup's SIGHUP; SIGINT and SIGQUIT of a
+// script's background job) stays ignored: a blocked signal is queued even when ignored, and
+// reading it would cancel the acquire (review of the change above).
+TEST_F(CliTest, AnInheritedIgnoredSignalDoesNotCancelTheAcquire) {
+  for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"SET", "redlock:job", "other", "PX", "600000"});
+  struct sigaction ignore {};
+  struct sigaction previous {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ASSERT_EQ(::sigaction(SIGHUP, &ignore, &previous), 0);
+  Process process(with_masters({"--no-restart-guard", "--retry-delay", "50ms", "acquire", "--wait", "20s", "job"}));
+  ::sigaction(SIGHUP, &previous, nullptr);  // the tool inherited SIG_IGN across fork and exec
+  std::this_thread::sleep_for(300ms);       // waiting for "other"
+  ASSERT_EQ(::kill(process.pid(), SIGHUP), 0);
+  std::this_thread::sleep_for(300ms);
+  for (std::size_t i = 0; i < masters_.size(); ++i) {  // released, and announced: it retries at once
+    masters_[i].command({"DEL", "redlock:job"});
+    masters_[i].command({"PUBLISH", "redlock-released:redlock:job", "released"});
+  }
+  const Finished f = process.wait(15s);
+  EXPECT_EQ(f.exit_code, 0) << "the ignored SIGHUP cancelled the acquire\n" << describe(f);
+  EXPECT_EQ(f.out.size(), 33u) << f.out;  // its token and a newline
+  for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", "redlock:job"});
 }
 
 TEST_F(CliTest, RunStopsTheCommandAndExits75WhenTheLockIsLost) {
