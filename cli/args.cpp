@@ -163,6 +163,21 @@ void collect_option_names(const CLI::App& app, std::vector<std::string>& out) {
   }
 }
 
+// The subcommands that have long option `flag` ("acquire, run"); empty if none.
+std::string subcommands_with(const CLI::App& app, std::string_view flag) {
+  std::string out;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    for (const CLI::Option* option : sub->get_options()) {
+      const auto& names = option->get_lnames();
+      if (std::find(names.begin(), names.end(), flag.substr(2)) == names.end()) continue;
+      if (!out.empty()) out += ", ";
+      out += sub->get_name();
+      break;
+    }
+  }
+  return out;
+}
+
 // One TLS setting as given: its value and where it came from ("--tls-ca-file",
 // "REDLOCK_TLS_CA_FILE", "masters file 'F':3 (tls-ca-file)"), for messages.
 struct Given {
@@ -363,6 +378,13 @@ std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& err
     if (!message.empty()) message += "; ";
     if (word.size() > 1 && word.front() == '-') {
       const std::string flag = word.substr(0, word.find('='));
+      // An option of a subcommand given before its name (`redlock --fencing acquire job`).
+      if (const std::string owners = subcommands_with(app, flag); flag.size() > 2 && !owners.empty()) {
+        message += "option '" + printable(flag) + "' belongs to " + owners +
+                   ": give it after the subcommand's name (redlock " + owners.substr(0, owners.find(',')) + " " +
+                   printable(flag) + " ...)";
+        continue;
+      }
       message += "unknown option '" + printable(flag) + "'" + suggestion(flag, options);
     } else {
       message += "unexpected argument '" + printable(word) + "'";

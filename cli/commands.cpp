@@ -268,6 +268,9 @@ int acquire_and_print(const Settings& settings, const Output& out, const Blocked
   }
   if (interrupted != 0) {
     for (const auto& note : notes) out.note(note);
+    // The token of a lock whose release failed is the caller's only way to release it: said
+    // even with --quiet.
+    if (out.quiet() && result.lock) print_error("token of the unreleased lock: " + result.lock->token);
     return code;
   }
   if (result.ok()) {

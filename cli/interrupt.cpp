@@ -4,14 +4,15 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <system_error>
@@ -79,12 +80,13 @@ sigset_t BlockedSignals::block(const std::vector<int>& signals, sigset_t& origin
   return set;
 }
 
-BlockedSignals::BlockedSignals(const std::vector<int>& signals) : fd_([&] {
-  const sigset_t set = block(signals, original_);
-  const int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (fd < 0) throw_errno("signalfd");
-  return fd;
-}()) {}
+BlockedSignals::BlockedSignals(const std::vector<int>& signals)
+    : fd_([&] {
+        const sigset_t set = block(signals, original_);
+        const int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (fd < 0) throw_errno("signalfd");
+        return fd;
+      }()) {}
 
 std::vector<signalfd_siginfo> BlockedSignals::read_all() const {
   std::vector<signalfd_siginfo> out;
@@ -113,6 +115,7 @@ std::vector<int> not_ignored(const std::vector<int>& signals) {
 
 void die_of(int signal) {
   std::fflush(nullptr);
+  ::prctl(PR_SET_DUMPABLE, 0);  // SIGQUIT dumps no core (it would hold the masters' passwords)
   std::signal(signal, SIG_DFL);
   sigset_t set;
   sigemptyset(&set);
@@ -183,20 +186,22 @@ redlock::Result acquire_interruptibly(redlock::Client& client, const Settings& s
       }
     }
   }
-  if (interrupted != 0 && result.ok()) result = released_at_signal(client, std::move(result));  // granted before the cancel
+  // A grant that came before the cancel took effect.
+  if (interrupted != 0 && result.ok()) result = released_at_signal(client, std::move(result));
   return result;
 }
 
 redlock::Result released_at_signal(redlock::Client& client, redlock::Result granted) {
   const redlock::Result released = client.release(*granted.lock);
   granted.outcome = redlock::Outcome::cancelled;
+  granted.validity = {};  // given up: not the caller's to act under, whatever the release did
   if (released.ok()) {
     granted.message = "granted as the signal came, and released";
     granted.lock.reset();
   } else {
-    granted.message = "granted as the signal came; its release failed (" +
-                      std::string(redlock::to_string(released.outcome)) + "): token " + granted.lock->token +
-                      " holds it until its ttl ends, or until released with that token";
+    granted.message =
+        "granted as the signal came; its release failed (" + std::string(redlock::to_string(released.outcome)) +
+        "): its key may stay on some masters until its ttl ends; release it with token " + granted.lock->token;
   }
   return granted;
 }

@@ -88,7 +88,9 @@ constexpr milliseconds kGroupCheckInterval{100};
 
 [[noreturn]] void throw_errno(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
 
-bool is_forwarded(int signal) { return std::find(kStopSignals.begin(), kStopSignals.end(), signal) != kStopSignals.end(); }
+bool is_forwarded(int signal) {
+  return std::find(kStopSignals.begin(), kStopSignals.end(), signal) != kStopSignals.end();
+}
 
 std::string ms_text(std::chrono::nanoseconds value) {
   return std::to_string(std::chrono::duration_cast<milliseconds>(value).count()) + " ms";

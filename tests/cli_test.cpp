@@ -1176,6 +1176,12 @@ TEST_F(CliTest, UsageErrorsNameTheUnknownWord) {
   EXPECT_NE(far.err.find("unknown subcommand 'frobnicate'"), std::string::npos) << far.err;
   EXPECT_EQ(far.err.find("did you mean"), std::string::npos) << far.err;
 
+  // A subcommand's option before the subcommand: where it goes, not "did you mean" itself.
+  const Finished early = redlock({"--fencing", "acquire", "job"});
+  EXPECT_EQ(early.exit_code, 64) << describe(early);
+  EXPECT_NE(early.err.find("'--fencing' belongs to acquire, run"), std::string::npos) << early.err;
+  EXPECT_EQ(early.err.find("did you mean"), std::string::npos) << early.err;
+
   const Finished flag = redlock({"acquire", "--fencng", "job"});
   EXPECT_EQ(flag.exit_code, 64) << describe(flag);
   EXPECT_NE(flag.err.find("unknown option '--fencng'"), std::string::npos) << flag.err;

@@ -28,8 +28,8 @@ struct Window {
 
 struct Contention {
   int grants = 0;
-  int inside_overlaps = 0;   // a holder found another inside
-  int window_overlaps = 0;   // windows that began before an earlier one ended
+  int inside_overlaps = 0;  // a holder found another inside
+  int window_overlaps = 0;  // windows that began before an earlier one ended
   int failed_releases = 0;
   int expired_inside = 0;
   long long shared_counter = 0;
@@ -116,9 +116,10 @@ TEST(ContentionTest, ClientsOnOverlappingMasterSetsAreCaughtHoldingAtOnce) {
   const auto all = masters.uris();
   const std::vector<std::string> left = {all[0], all[1], all[2]};
   const std::vector<std::string> right = {all[2], all[3], all[4]};
-  const Contention run = contend(kThreads, kGrantsEach, [&](int i) { return i % 2 == 0 ? left : right; }, false);
-  std::printf("[ figures ] overlapping fleets: %d grants, %d found another inside, %d windows overlapped\n",
-              run.grants, run.inside_overlaps, run.window_overlaps);
+  const Contention run = contend(
+      kThreads, kGrantsEach, [&](int i) { return i % 2 == 0 ? left : right; }, false);
+  std::printf("[ figures ] overlapping fleets: %d grants, %d found another inside, %d windows overlapped\n", run.grants,
+              run.inside_overlaps, run.window_overlaps);
   EXPECT_GT(run.inside_overlaps, 0);
   EXPECT_GT(run.window_overlaps, 0);
 }
