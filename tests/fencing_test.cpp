@@ -118,6 +118,14 @@ TEST(FencingRounds, AQuorumHoldsTheTokenBeforeItIsHandedOver) {
   EXPECT_GE(at_least_token, client.quorum());
 }
 
+// Connected to all `n` masters, their fencing counters caught up: one fenced grant, released.
+void warm_up_fenced(Client& client, std::size_t n) {
+  ASSERT_TRUE(client.wait_connected(n, 5s));
+  const Result warm_up = client.acquire("warm-up", fenced());
+  ASSERT_TRUE(warm_up) << format_result(warm_up);
+  client.release(*warm_up.lock);
+}
+
 // Round 2 raises the granting quorum's counters to the token. On fresh masters round 1's INCR
 // alone leaves every counter at the token, so make them differ: master 0 ahead by 1000, and
 // masters 3 and 4 frozen so that the granting quorum is 0, 1 and 2. The token (1001) must then
@@ -127,10 +135,7 @@ TEST(FencingRounds, TheSecondRoundRaisesCountersThatWereBehind) {
   auto options = options_for(masters);
   options.command_timeout = 500ms;
   Client client(options);
-  ASSERT_TRUE(client.wait_connected(5, 5s));
-  const Result warm_up = client.acquire("warm-up", fenced());  // catch-ups done
-  ASSERT_TRUE(warm_up) << format_result(warm_up);
-  client.release(*warm_up.lock);
+  warm_up_fenced(client, masters.size());
   ASSERT_TRUE(eventually([&] {  // every INCR and raise of the warm-up landed
     for (std::size_t i = 1; i < masters.size(); ++i) {
       if (counter(masters[i]) != counter(masters[0])) return false;
@@ -161,10 +166,7 @@ TEST(FencingRounds, AFencedGrantsValidityCountsFromRoundOne) {
   options.command_timeout = 3000ms;
   options.ttl = 5000ms;
   Client client(options);
-  ASSERT_TRUE(client.wait_connected(3, 5s));
-  const Result warm_up = client.acquire("warm-up", fenced());  // catch-ups done
-  ASSERT_TRUE(warm_up) << format_result(warm_up);
-  client.release(*warm_up.lock);
+  warm_up_fenced(client, masters.size());
 
   for (std::size_t i = 0; i < masters.size(); ++i) masters[i].freeze();
   const auto called = client.now();
