@@ -15,6 +15,8 @@
 #include <string>
 #include <utility>
 
+#include "detail/uv_loop_close.h"
+
 namespace redlock::detail {
 namespace {
 
@@ -94,7 +96,7 @@ void EventLoop::abandon() noexcept {
   if (wake_fd_ >= 0) ::close(std::exchange(wake_fd_, -1));
   if (own_loop_) {
     uv_run(loop_, UV_RUN_DEFAULT);
-    uv_loop_close(loop_);
+    close_uv_loop(loop_);
   }
 }
 
@@ -106,7 +108,7 @@ EventLoop::~EventLoop() {
   join();
   if (own_loop_) {
     // Anything still open (there should be nothing) is closed here so the loop can close.
-    if (uv_loop_close(loop_) == UV_EBUSY) {
+    if (close_uv_loop(loop_) == UV_EBUSY) {
       uv_walk(
           loop_,
           [](uv_handle_t* h, void*) {
@@ -114,7 +116,7 @@ EventLoop::~EventLoop() {
           },
           nullptr);
       uv_run(loop_, UV_RUN_DEFAULT);
-      if (uv_loop_close(loop_) != 0) std::fputs("redlock: event loop not closed cleanly\n", stderr);
+      if (close_uv_loop(loop_) != 0) std::fputs("redlock: event loop not closed cleanly\n", stderr);
     }
   }
   if (wake_fd_ >= 0) ::close(wake_fd_);  // close() did not run

@@ -22,6 +22,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "detail/uv_loop_close.h"
+
 namespace redlock::support {
 namespace {
 
@@ -419,7 +421,7 @@ void on_stop_poll(uv_timer_t* timer) {
 // Runs the loop until every handle is closed, then closes the loop.
 void finish_loop(Proxy& proxy) {
   uv_run(&proxy.loop, UV_RUN_DEFAULT);
-  if (uv_loop_close(&proxy.loop) == UV_EBUSY) {
+  if (redlock::detail::close_uv_loop(&proxy.loop) == UV_EBUSY) {
     // Not expected: something is still open. Close it so the loop can be released.
     uv_walk(
         &proxy.loop,
@@ -428,7 +430,7 @@ void finish_loop(Proxy& proxy) {
         },
         nullptr);
     uv_run(&proxy.loop, UV_RUN_DEFAULT);
-    uv_loop_close(&proxy.loop);
+    redlock::detail::close_uv_loop(&proxy.loop);
   }
 }
 

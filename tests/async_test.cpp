@@ -8,6 +8,7 @@
 #include <functional>
 #include <thread>
 
+#include "detail/uv_loop_close.h"
 #include "test_util.h"
 
 namespace redlock::testing {
@@ -130,7 +131,7 @@ TEST(AsyncTest, AttachesToACallersLoopAndTheLoopClosesCleanly) {
   }
   // Destroyed on this (the loop's) thread; running the loop frees the last handles.
   uv_run(&loop, UV_RUN_DEFAULT);
-  EXPECT_EQ(uv_loop_close(&loop), 0);
+  EXPECT_EQ(detail::close_uv_loop(&loop), 0);
 }
 
 // A Client attached to a caller's loop and destroyed before that loop ever ran: the task
@@ -147,7 +148,7 @@ TEST(AsyncTest, AClientOnACallersLoopDestroyedBeforeTheLoopRanLeavesNothingBehin
     client.acquire_async("never-sent", [](Result) {});
   }
   uv_run(&loop, UV_RUN_DEFAULT);
-  EXPECT_EQ(uv_loop_close(&loop), 0);
+  EXPECT_EQ(detail::close_uv_loop(&loop), 0);
   EXPECT_EQ(with_key(masters, "redlock:never-sent"), 0u);
 }
 
@@ -197,7 +198,7 @@ TEST(AsyncTest, AClientDeletedInsideItsOwnCallbackIsSafe) {
     while (!result) uv_run(&loop, UV_RUN_ONCE);
     EXPECT_EQ(client, nullptr);
     uv_run(&loop, UV_RUN_DEFAULT);
-    EXPECT_EQ(uv_loop_close(&loop), 0);
+    EXPECT_EQ(detail::close_uv_loop(&loop), 0);
     masters[0].thaw();
     masters[1].thaw();
   }
@@ -222,7 +223,7 @@ TEST(AsyncTest, SyncCallsFromAnotherThreadWorkWithACallersLoop) {
     EXPECT_TRUE(result) << format_result(result);
   }
   uv_run(&loop, UV_RUN_DEFAULT);
-  EXPECT_EQ(uv_loop_close(&loop), 0);
+  EXPECT_EQ(detail::close_uv_loop(&loop), 0);
 }
 
 }  // namespace

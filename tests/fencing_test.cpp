@@ -19,6 +19,7 @@
 #include <atomic>
 
 #include "detail/lock_commands.h"
+#include "detail/uv_loop_close.h"
 #include "support/fenced_store.h"
 #include "tcp_proxy.h"
 #include "test_util.h"
@@ -459,7 +460,7 @@ TEST(FencingRounds, ARaiseAcknowledgedAfterTheDeadlineIsNotCounted) {
   }
   uv_close(reinterpret_cast<uv_handle_t*>(&stall), nullptr);
   uv_run(&loop, UV_RUN_DEFAULT);
-  EXPECT_EQ(uv_loop_close(&loop), 0);
+  EXPECT_EQ(detail::close_uv_loop(&loop), 0);
 }
 
 // A round answered late with NOSCRIPT (the script cache was flushed while the master was

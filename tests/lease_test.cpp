@@ -20,6 +20,7 @@
 
 #include <uv.h>
 
+#include "detail/uv_loop_close.h"
 #include "redlock/mutex.h"
 #include "test_util.h"
 
@@ -448,7 +449,7 @@ TEST(LeaseTest, ALeaseDestroyedJustBeforeItsClientOnACallersLoopStillReleases) {
     const Lease lease = client.keep(*held->lock);
   }  // ~Lease, then ~Client
   uv_run(&loop, UV_RUN_DEFAULT);  // frees the last handles
-  EXPECT_EQ(uv_loop_close(&loop), 0);
+  EXPECT_EQ(detail::close_uv_loop(&loop), 0);
   EXPECT_TRUE(eventually([&] { return with_key(masters, key) == 0; }, 2s))
       << with_key(masters, key) << " masters still hold " << key;
 }
@@ -482,7 +483,7 @@ TEST(LeaseTest, ALeaseAndItsClientDestroyedInsideACallbackStillRelease) {
   ASSERT_FALSE(key.empty()) << "not acquired";
   ASSERT_EQ(client, nullptr);
   uv_run(&loop, UV_RUN_DEFAULT);
-  EXPECT_EQ(uv_loop_close(&loop), 0);
+  EXPECT_EQ(detail::close_uv_loop(&loop), 0);
   EXPECT_TRUE(eventually([&] { return with_key(masters, key) == 0; }, 2s))
       << with_key(masters, key) << " masters still hold " << key;
 }
