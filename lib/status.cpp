@@ -313,6 +313,7 @@ void StatusQuery::assess(std::uint32_t index, const std::vector<MasterReport>& e
   }
   report.can_vote = report.reachable && report.role != "replica" && report.not_permitted.empty() && report.counted &&
                     !twin_counted;
+  report.fence_caught_up = masters_.fence_caught_up(index);
 
   auto& warnings = report.warnings;
   if (report.role == "replica") {

@@ -60,6 +60,12 @@ struct MasterReport {
   // Reachable, a master (not a known replica), permitted and counted, and not a second
   // address of a server already counted: it could give a vote now.
   bool can_vote = false;
+  // This Client has caught up its fencing counter for this incarnation (docs/fencing.md): a
+  // fenced acquire's grant from it counts. False from this Client's first sight of it, or a
+  // restart, until a catch-up succeeds (at once with ClientOptions::fence_catch_up off); a
+  // catch-up needs N - quorum + 1 other masters to answer, so it waits while fewer do. Plain
+  // locks do not need it.
+  bool fence_caught_up = false;
 
   // Only when a resource was asked about. The value's first 8 characters when it is a
   // token of this library's form (never the whole token); "" when the key does not exist.

@@ -85,6 +85,7 @@ class MasterSet {
   // reconnect while its run_id is unknown. A grant read under one count and decided under
   // another may be gone (Round::take_back_stale_votes).
   [[nodiscard]] std::uint32_t incarnations_seen(std::uint32_t index) const { return catch_up_.generation(index); }
+  [[nodiscard]] bool fence_caught_up(std::uint32_t index) const { return catch_up_.ready(index); }
 
   // A lock this Client granted (the restart guard may take votes away from it later).
   void remember(const std::shared_ptr<LockState>& state) { guard_.remember(state); }
