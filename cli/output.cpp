@@ -84,7 +84,7 @@ void add_run_keys(Json& object) {
   object["lock_lost"] = false;
   object["lost_reason"] = nullptr;
   object["child"] = {{"pid", nullptr}, {"pgid", nullptr}, {"exit_status", nullptr}, {"signal", nullptr}};
-  object["forwarded_signals"] = Json::array();
+  object["forwarded_signals"] = Json::object();  // signal name -> how many were forwarded
   object["lease"] = nullptr;
   object["left_group_running"] = false;
   object["release"] = nullptr;
