@@ -589,30 +589,51 @@ void ClientImpl::arm_retry(const std::shared_ptr<Operation>& op, std::uint64_t a
 }
 
 // The earliest moment a quorum of masters could be free, from a failed waiting round: a
-// master that granted (our attempt, released now) is free at once, a held one after its PTTL.
-// A master that said nothing about its key may be free at any moment, so at once too: its reply
-// was not read before the round was decided, or was a timeout, an error or no connection, or a
-// held key's PTTL was not said. (Counted from the replies read alone, one master's key left for
-// minutes, or one hostile master's PTTL, stood for the quorum's, and the waiter listened for a
-// release until its wait ended; WaitTest.ALeftoverKeyOnOneMasterDoesNotHideAQuorumsExpiry.)
-// Never: a key without expiry, and a master whose grant would not count (not_counted,
-// not_permitted). One millisecond more: PTTL is whole milliseconds, and the key must have
-// expired there.
+// master that granted (our attempt, released now) is free at once, a held one after its PTTL;
+// a key without expiry and a master whose grant would not count (not_counted, not_permitted)
+// never. One millisecond more: PTTL is whole milliseconds, and the key must have expired there.
+// A master that said nothing about its key (its reply not read before the round was decided,
+// a timeout, an error, no connection, a PTTL not said) is taken to be free once the first key
+// that was said expires: from the replies read alone, one master's key left for minutes, or one
+// hostile master's PTTL, stood for the quorum's expiry, and a waiter that relied on
+// announcements listened until its wait ended
+// (WaitTest.ALeftoverKeyOnOneMasterDoesNotHideAQuorumsExpiry). That guess never brings the
+// retry before the earliest poll: taking such masters as free at once made a master refusing
+// writes or down, or one hostile PTTL 0, look like a free quorum, and waiters spent their
+// retry_count in a few milliseconds (WaitTest.AMasterRefusingWritesDoesNotUseUpAWaitersRetries).
+// Fewer than a quorum of replies that said something: not known (0; the waiter polls).
 std::uint64_t ClientImpl::quorum_free_at(const Round& round, const std::vector<MasterResult>& masters) const {
   std::vector<long long> known;
+  std::size_t silent = 0;
+  long long first_expiry = -1;
   for (std::uint32_t i = 0; i < masters.size(); ++i) {
     const MasterStatus status = masters[i].status;
     if (status == MasterStatus::not_counted || status == MasterStatus::not_permitted) continue;
-    const long long pttl = status == MasterStatus::held_by_other ? round.pttl(i) : kPttlUnknown;
-    if (pttl == -1) continue;  // no expiry: only a release frees it
-    // Clamped: a (hostile) PTTL beyond a year, or beyond the budget, means "not before the
-    // deadline" (fail_attempt); unclamped, `+ 1` below overflows and wraps to "free now".
-    known.push_back(pttl >= 0 ? std::min<long long>(pttl, kMaxDuration.count()) : 0);
+    if (status == MasterStatus::ok) {
+      known.push_back(0);
+    } else if (const long long pttl = status == MasterStatus::held_by_other ? round.pttl(i) : kPttlUnknown; pttl >= 0) {
+      // Clamped: a (hostile) PTTL beyond a year, or beyond the budget, means "not before the
+      // deadline" (fail_attempt); unclamped, `+ 1` below overflows and wraps to "free now".
+      const long long ms = std::min<long long>(pttl, kMaxDuration.count());
+      known.push_back(ms);
+      first_expiry = first_expiry < 0 ? ms : std::min(first_expiry, ms);
+    } else if (pttl != -1) {  // -1: no expiry, only a release frees it
+      ++silent;
+    }
   }
   const std::uint32_t quorum = masters_.quorum();
   if (known.size() < quorum) return 0;
-  std::nth_element(known.begin(), known.begin() + (quorum - 1), known.end());
-  return deadline_after(now_ns(), Milliseconds(known[quorum - 1] + 1));
+  std::sort(known.begin(), known.end());
+  const long long by_replies = known[quorum - 1];
+  long long at = by_replies;
+  if (silent > 0 && first_expiry >= 0) {
+    known.insert(known.end(), silent, first_expiry);
+    std::sort(known.begin(), known.end());
+    at = known[quorum - 1];
+    const long long earliest_poll = std::max<long long>(0, (options_.retry_delay - options_.retry_jitter).count());
+    if (at < by_replies) at = std::min(by_replies, std::max(at, earliest_poll));
+  }
+  return deadline_after(now_ns(), Milliseconds(at + 1));
 }
 
 void ClientImpl::on_release_announced(const std::string& key, bool lost) {

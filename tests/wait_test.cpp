@@ -326,13 +326,16 @@ TEST(WaitTest, ACrashedHoldersExpiryIsWaitedForNotPolled) {
 // replies, the leftover's among them. The quorum's expiry was computed from those replies
 // alone, so the leftover's 10 minutes counted as a holder's, and the waiter listened for a
 // release that never came until its wait ended (an outside review: `taken` after the whole
-// wait). A master that did not answer before the decision may be free at any moment.
+// wait). A master that did not answer before the decision may be free as soon as the first key
+// that was said expires. (Polls every second: the guess never brings a retry before a poll.)
 TEST(WaitTest, ALeftoverKeyOnOneMasterDoesNotHideAQuorumsExpiry) {
   RedisServerGroup masters(3);
   TcpProxy farther(masters[2].port(), [](std::string_view) { std::this_thread::sleep_for(5ms); });
   std::vector<std::string> uris = masters.uris();
   uris[2] = farther.uri();
-  Client waiter(waiter_options(uris));
+  auto options = waiter_options(uris);
+  options.retry_delay = 1s;
+  Client waiter(options);
   ASSERT_TRUE(waiter.wait_connected(3, 5s));
   masters[0].command({"SET", "redlock:job", "leftover", "PX", "600000"});
   for (const std::size_t i : {1u, 2u}) masters[i].command({"SET", "redlock:job", "crashed-holder", "PX", "1500"});
@@ -340,6 +343,43 @@ TEST(WaitTest, ALeftoverKeyOnOneMasterDoesNotHideAQuorumsExpiry) {
   const Result granted = waiter.acquire("job", wait_for(6s));
   std::printf("[ wait    ] leftover key beside a crashed holder's: %s after %.2f ms (attempts %d)\n",
               granted ? "granted" : "not granted", ms_since(asked_at), granted.attempts);
+  ASSERT_TRUE(granted.ok()) << format_result(granted);
+  EXPECT_TRUE(waiter.release(*granted.lock));
+}
+
+// One master of three refusing every write at once (OOM), a holder on the other two, which are
+// a little farther away (5 ms), and a waiter with retry_count 5 (polls 400 ms apart): the holder
+// lets go after a second and the waiter hears it. A first fix of the test above took every
+// master that said nothing as free at once, so the refusing master and the held one not read
+// before the decision made a quorum "free now", and the waiter spent its five retries in about
+// 90 ms (an outside review reproduced it with a master down: `taken`, 7 of 8 runs).
+TEST(WaitTest, AMasterRefusingWritesDoesNotUseUpAWaitersRetries) {
+  RedisServerGroup masters(3);
+  std::vector<std::unique_ptr<TcpProxy>> farther;
+  std::vector<std::string> uris = masters.uris();
+  for (const std::size_t i : {0u, 1u}) {
+    farther.push_back(
+        std::make_unique<TcpProxy>(masters[i].port(), [](std::string_view) { std::this_thread::sleep_for(5ms); }));
+    uris[i] = farther.back()->uri();
+  }
+  masters[2].command({"CONFIG", "SET", "maxmemory", "1"});  // every SET and write script: -OOM
+  auto options = waiter_options(uris);
+  options.retry_delay = 400ms;
+  Client holder(options_for(masters));
+  Client waiter(options);
+  ASSERT_TRUE(holder.wait_connected(3, 5s));
+  ASSERT_TRUE(waiter.wait_connected(3, 5s));
+  const Result held = holder.acquire("job");
+  ASSERT_TRUE(held.ok()) << format_result(held);
+  AcquireOptions five;
+  five.retry_count = 5;
+  auto waiting = acquire_later(waiter, "job", five);
+  std::this_thread::sleep_for(1s);
+  EXPECT_TRUE(holder.release(*held.lock));
+  const Result granted = waiting.get();
+  masters[2].command({"CONFIG", "SET", "maxmemory", "0"});
+  std::printf("[ wait    ] one master refusing writes: %s (attempts %d)\n", granted ? "granted" : "not granted",
+              granted.attempts);
   ASSERT_TRUE(granted.ok()) << format_result(granted);
   EXPECT_TRUE(waiter.release(*granted.lock));
 }
