@@ -319,7 +319,10 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
       return;
     case RoundKind::acquire: {
       if (!success) {
-        op->acquire().free_at_ns = round.args().learn_pttl ? quorum_free_at(round, result.masters) : 0;
+        AcquirePart& acquire = op->acquire();
+        acquire.free_at_guessed = false;
+        acquire.free_at_ns =
+            round.args().learn_pttl ? quorum_free_at(round, result.masters, acquire.free_at_guessed) : 0;
         break;
       }
       auto state = make_lock_state(size);
@@ -482,7 +485,12 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   const bool heard = options_.release_notifications && watch_.reliable(op->key);
   // Consumed: a later failure that learned nothing (validity expired, a fence round) must not
   // reuse a moment that has passed, which would retry at once again and again.
-  const std::uint64_t known_free_at = std::exchange(acquire.free_at_ns, 0);
+  // A moment guessed from masters that said nothing (quorum_free_at) brings the retry no
+  // earlier than the poll: before it, this is a poll (one hostile PTTL 0 must not make a waiter
+  // retry faster than polling would).
+  const bool guessed = std::exchange(acquire.free_at_guessed, false);
+  std::uint64_t known_free_at = std::exchange(acquire.free_at_ns, 0);
+  if (guessed && known_free_at < poll_at) known_free_at = 0;
   acquire.last = std::move(result);
   // A free retry: a wake-up came while this attempt was out, or a quorum of the holders'
   // keys could have expired before the next poll (or at all, when releases are heard).
@@ -591,21 +599,22 @@ void ClientImpl::arm_retry(const std::shared_ptr<Operation>& op, std::uint64_t a
 // The earliest moment a quorum of masters could be free, from a failed waiting round: a
 // master that granted (our attempt, released now) is free at once, a held one after its PTTL;
 // a key without expiry and a master whose grant would not count (not_counted, not_permitted)
-// never. One millisecond more: PTTL is whole milliseconds, and the key must have expired there.
-// A master that said nothing about its key (its reply not read before the round was decided,
-// a timeout, an error, no connection, a PTTL not said) is taken to be free once the first key
-// that was said expires: from the replies read alone, one master's key left for minutes, or one
-// hostile master's PTTL, stood for the quorum's expiry, and a waiter that relied on
-// announcements listened until its wait ended
-// (WaitTest.ALeftoverKeyOnOneMasterDoesNotHideAQuorumsExpiry). That guess never brings the
-// retry before the earliest poll: taking such masters as free at once made a master refusing
-// writes or down, or one hostile PTTL 0, look like a free quorum, and waiters spent their
-// retry_count in a few milliseconds (WaitTest.AMasterRefusingWritesDoesNotUseUpAWaitersRetries).
-// Fewer than a quorum of replies that said something: not known (0; the waiter polls).
-std::uint64_t ClientImpl::quorum_free_at(const Round& round, const std::vector<MasterResult>& masters) const {
+// never; fewer than a quorum of those: not known (0). One millisecond more: PTTL is whole
+// milliseconds, and the key must have expired there. A master that said nothing about its key
+// (its reply not read before the round was decided, a timeout, an error, no connection, no PTTL
+// said) may be free at once: when that makes the moment earlier, `guessed` is set, and
+// fail_attempt trusts it only as far as the next poll. From the replies read alone, one
+// master's key left for minutes, or one hostile master's PTTL, stood for the quorum's expiry,
+// and a waiter that relied on announcements listened until its wait ended
+// (WaitTest.ALeftoverKeyOnOneMasterDoesNotHideAQuorumsExpiry); taking such masters as free at
+// once without that limit, or counting them as replies, made a master refusing writes or down,
+// or one hostile PTTL 0, look like a free quorum, and waiters spent their retry_count in a few
+// milliseconds (WaitTest.AMasterRefusingWritesDoesNotUseUpAWaitersRetries; two reviews).
+std::uint64_t ClientImpl::quorum_free_at(const Round& round, const std::vector<MasterResult>& masters,
+                                         bool& guessed) const {
+  guessed = false;
   std::vector<long long> known;
   std::size_t silent = 0;
-  long long first_expiry = -1;
   for (std::uint32_t i = 0; i < masters.size(); ++i) {
     const MasterStatus status = masters[i].status;
     if (status == MasterStatus::not_counted || status == MasterStatus::not_permitted) continue;
@@ -614,9 +623,7 @@ std::uint64_t ClientImpl::quorum_free_at(const Round& round, const std::vector<M
     } else if (const long long pttl = status == MasterStatus::held_by_other ? round.pttl(i) : kPttlUnknown; pttl >= 0) {
       // Clamped: a (hostile) PTTL beyond a year, or beyond the budget, means "not before the
       // deadline" (fail_attempt); unclamped, `+ 1` below overflows and wraps to "free now".
-      const long long ms = std::min<long long>(pttl, kMaxDuration.count());
-      known.push_back(ms);
-      first_expiry = first_expiry < 0 ? ms : std::min(first_expiry, ms);
+      known.push_back(std::min<long long>(pttl, kMaxDuration.count()));
     } else if (pttl != -1) {  // -1: no expiry, only a release frees it
       ++silent;
     }
@@ -624,15 +631,10 @@ std::uint64_t ClientImpl::quorum_free_at(const Round& round, const std::vector<M
   const std::uint32_t quorum = masters_.quorum();
   if (known.size() < quorum) return 0;
   std::sort(known.begin(), known.end());
-  const long long by_replies = known[quorum - 1];
-  long long at = by_replies;
-  if (silent > 0 && first_expiry >= 0) {
-    known.insert(known.end(), silent, first_expiry);
-    std::sort(known.begin(), known.end());
-    at = known[quorum - 1];
-    const long long earliest_poll = std::max<long long>(0, (options_.retry_delay - options_.retry_jitter).count());
-    if (at < by_replies) at = std::min(by_replies, std::max(at, earliest_poll));
-  }
+  // The silent masters, free at once, take the places of the largest values below the
+  // quorum-th (there are fewer of them than a quorum: at least a quorum of rows said something).
+  const long long at = silent == 0 ? known[quorum - 1] : silent >= quorum ? 0 : known[quorum - 1 - silent];
+  guessed = at < known[quorum - 1];
   return deadline_after(now_ns(), Milliseconds(at + 1));
 }
 
