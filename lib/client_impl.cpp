@@ -320,9 +320,9 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
     case RoundKind::acquire: {
       if (!success) {
         AcquirePart& acquire = op->acquire();
-        acquire.free_at_guessed = false;
+        acquire.free_at_said_ns = 0;
         acquire.free_at_ns =
-            round.args().learn_pttl ? quorum_free_at(round, result.masters, acquire.free_at_guessed) : 0;
+            round.args().learn_pttl ? quorum_free_at(round, result.masters, acquire.free_at_said_ns) : 0;
         break;
       }
       auto state = make_lock_state(size);
@@ -485,12 +485,14 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   const bool heard = options_.release_notifications && watch_.reliable(op->key);
   // Consumed: a later failure that learned nothing (validity expired, a fence round) must not
   // reuse a moment that has passed, which would retry at once again and again.
-  // A moment guessed from masters that said nothing (quorum_free_at) brings the retry no
-  // earlier than the poll: before it, this is a poll (one hostile PTTL 0 must not make a waiter
-  // retry faster than polling would).
-  const bool guessed = std::exchange(acquire.free_at_guessed, false);
+  // A moment made earlier by masters that said nothing (quorum_free_at) counts from the poll
+  // on; before the poll, the moment the replies said counts if it comes before the poll, else
+  // this is a poll. (One hostile PTTL 0 must not make a waiter retry faster than polling would;
+  // an honest quorum's expiry before the poll must not wait for the poll.)
+  const std::uint64_t said_free_at = std::exchange(acquire.free_at_said_ns, 0);
   std::uint64_t known_free_at = std::exchange(acquire.free_at_ns, 0);
-  if (guessed && known_free_at < poll_at) known_free_at = 0;
+  if (known_free_at < said_free_at && known_free_at < poll_at)
+    known_free_at = said_free_at < poll_at ? said_free_at : 0;
   acquire.last = std::move(result);
   // A free retry: a wake-up came while this attempt was out, or a quorum of the holders'
   // keys could have expired before the next poll (or at all, when releases are heard).
@@ -602,17 +604,19 @@ void ClientImpl::arm_retry(const std::shared_ptr<Operation>& op, std::uint64_t a
 // never; fewer than a quorum of those: not known (0). One millisecond more: PTTL is whole
 // milliseconds, and the key must have expired there. A master that said nothing about its key
 // (its reply not read before the round was decided, a timeout, an error, no connection, no PTTL
-// said) may be free at once: when that makes the moment earlier, `guessed` is set, and
-// fail_attempt trusts it only as far as the next poll. From the replies read alone, one
-// master's key left for minutes, or one hostile master's PTTL, stood for the quorum's expiry,
-// and a waiter that relied on announcements listened until its wait ended
-// (WaitTest.ALeftoverKeyOnOneMasterDoesNotHideAQuorumsExpiry); taking such masters as free at
-// once without that limit, or counting them as replies, made a master refusing writes or down,
-// or one hostile PTTL 0, look like a free quorum, and waiters spent their retry_count in a few
-// milliseconds (WaitTest.AMasterRefusingWritesDoesNotUseUpAWaitersRetries; two reviews).
+// said) may be free at once: the moment returned takes it so, and `said_ns` is the moment from
+// the replies that said something alone; fail_attempt trusts the earlier one only from the next
+// poll on. From the replies read alone, one master's key left for minutes, or one hostile
+// master's PTTL, stood for the quorum's expiry, and a waiter that relied on announcements
+// listened until its wait ended (WaitTest.ALeftoverKeyOnOneMasterDoesNotHideAQuorumsExpiry);
+// taking such masters as free at once without that limit, or counting them as replies, made a
+// master refusing writes or down, or one hostile PTTL 0, look like a free quorum, and waiters
+// spent their retry_count in a few milliseconds
+// (WaitTest.AMasterRefusingWritesDoesNotUseUpAWaitersRetries); dropping an early moment for the
+// poll delayed an honest quorum's expiry that came before the poll (four reviews).
 std::uint64_t ClientImpl::quorum_free_at(const Round& round, const std::vector<MasterResult>& masters,
-                                         bool& guessed) const {
-  guessed = false;
+                                         std::uint64_t& said_ns) const {
+  said_ns = 0;
   std::vector<long long> known;
   std::size_t silent = 0;
   for (std::uint32_t i = 0; i < masters.size(); ++i) {
@@ -634,8 +638,9 @@ std::uint64_t ClientImpl::quorum_free_at(const Round& round, const std::vector<M
   // The silent masters, free at once, take the places of the largest values below the
   // quorum-th (there are fewer of them than a quorum: at least a quorum of rows said something).
   const long long at = silent == 0 ? known[quorum - 1] : silent >= quorum ? 0 : known[quorum - 1 - silent];
-  guessed = at < known[quorum - 1];
-  return deadline_after(now_ns(), Milliseconds(at + 1));
+  const std::uint64_t now = now_ns();
+  said_ns = deadline_after(now, Milliseconds(known[quorum - 1] + 1));
+  return deadline_after(now, Milliseconds(at + 1));
 }
 
 void ClientImpl::on_release_announced(const std::string& key, bool lost) {

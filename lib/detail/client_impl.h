@@ -116,7 +116,7 @@ class ClientImpl {
   // Waiting: when the failed round says a quorum of the holders' keys could have expired (0:
   // unknown); a release announced for `key` (ReleaseWatch); the retry timer; the end.
   [[nodiscard]] std::uint64_t quorum_free_at(const Round& round, const std::vector<MasterResult>& masters,
-                                             bool& guessed) const;
+                                             std::uint64_t& said_ns) const;
   void on_release_announced(const std::string& key, bool lost);  // notes the key; wakes after the reads
   void wake_announced();
   void wake_waiters(const std::string& key, bool lost = false);

@@ -51,7 +51,7 @@ struct AcquirePart {
   std::uint64_t free_not_before_ns = 0;  // last failed free retry + free_backoff_ns
   std::uint64_t budget_deadline_ns = 0;  // retry_count's time budget, from the first failure
   std::uint64_t free_at_ns = 0;          // when a quorum of the holders' keys could have expired
-  bool free_at_guessed = false;          // free_at_ns rests on masters that said nothing (quorum_free_at)
+  std::uint64_t free_at_said_ns = 0;     // the same from the replies that said something (quorum_free_at)
   Result last;                           // the last failed attempt's result, reported if we give up
   std::optional<FencedGrant> fenced;     // between the two rounds of a fenced attempt
 };
