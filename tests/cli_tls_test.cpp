@@ -134,7 +134,9 @@ TEST_F(CliTlsTest, MutualTlsNeedsTheClientCertificateGivenByFlags) {
   ASSERT_FALSE(object.is_discarded()) << describe(refused);
   EXPECT_EQ(object["attempts"], 1) << describe(refused);
   for (const auto& row : object["masters"]) {
-    EXPECT_EQ(row["status"], "not_connected") << row;
+    // Pending: the outcome was decided (two refusals of three) while this master's attempt
+    // waited for its reconnect; its row still says why the connection failed (CI, TSan preset).
+    EXPECT_TRUE(row["status"] == "not_connected" || row["status"] == "pending") << row;
     EXPECT_NE(row["error"].get<std::string>().find("server requires a client certificate"), std::string::npos) << row;
     EXPECT_NE(row["error"].get<std::string>().find("--tls-cert and --tls-key"), std::string::npos) << row;
   }
