@@ -108,16 +108,7 @@ EventLoop::~EventLoop() {
   join();
   if (own_loop_) {
     // Anything still open (there should be nothing) is closed here so the loop can close.
-    if (close_uv_loop(loop_) == UV_EBUSY) {
-      uv_walk(
-          loop_,
-          [](uv_handle_t* h, void*) {
-            if (!uv_is_closing(h)) uv_close(h, nullptr);
-          },
-          nullptr);
-      uv_run(loop_, UV_RUN_DEFAULT);
-      if (close_uv_loop(loop_) != 0) std::fputs("redlock: event loop not closed cleanly\n", stderr);
-    }
+    if (close_uv_loop_closing_leftovers(loop_) != 0) std::fputs("redlock: event loop not closed cleanly\n", stderr);
   }
   if (wake_fd_ >= 0) ::close(wake_fd_);  // close() did not run
 }

@@ -421,17 +421,8 @@ void on_stop_poll(uv_timer_t* timer) {
 // Runs the loop until every handle is closed, then closes the loop.
 void finish_loop(Proxy& proxy) {
   uv_run(&proxy.loop, UV_RUN_DEFAULT);
-  if (redlock::detail::close_uv_loop(&proxy.loop) == UV_EBUSY) {
-    // Not expected: something is still open. Close it so the loop can be released.
-    uv_walk(
-        &proxy.loop,
-        [](uv_handle_t* handle, void*) {
-          if (!uv_is_closing(handle)) uv_close(handle, nullptr);
-        },
-        nullptr);
-    uv_run(&proxy.loop, UV_RUN_DEFAULT);
-    redlock::detail::close_uv_loop(&proxy.loop);
-  }
+  // Something still open is not expected; it is closed so the loop can be released.
+  redlock::detail::close_uv_loop_closing_leftovers(&proxy.loop);
 }
 
 }  // namespace

@@ -11,6 +11,9 @@
 // connecting; EventLoopTest.DescriptorsOfALoopClosedOnOneThreadAreReusedOnAnotherWithoutARaceReport).
 // Elsewhere it is uv_loop_close and nothing more. (redlock_compare closes its loop as any user of
 // the public API does: it is never built with TSan.)
+//
+// close_uv_loop_closing_leftovers(loop) is for an owner that must release its loop whatever is
+// left on it: a handle still open (none is expected) is closed and the loop run once more first.
 #pragma once
 
 #include <uv.h>
@@ -47,6 +50,20 @@ inline int close_uv_loop(uv_loop_t* loop) noexcept {
   }
 #endif
   return uv_loop_close(loop);
+}
+
+// 0 once the loop is closed; else what the last uv_loop_close said (a request still active).
+inline int close_uv_loop_closing_leftovers(uv_loop_t* loop) noexcept {
+  const int closed = close_uv_loop(loop);
+  if (closed != UV_EBUSY) return closed;
+  uv_walk(
+      loop,
+      [](uv_handle_t* handle, void*) {
+        if (!uv_is_closing(handle)) uv_close(handle, nullptr);
+      },
+      nullptr);
+  uv_run(loop, UV_RUN_DEFAULT);
+  return close_uv_loop(loop);
 }
 
 }  // namespace redlock::detail
