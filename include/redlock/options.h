@@ -137,6 +137,8 @@ struct ClientOptions {
   // Called (on the loop thread) with warnings: about the masters' configuration (e.g. a
   // maxmemory-policy that could evict lock keys or the fencing counter; once per master and
   // problem), TLS verification switched off, and each cleanup release a master refused.
+  // At most 10 in a minute per Client (a master that flaps would otherwise warn without end):
+  // the tenth says more are counted, not shown, and the next one shown says how many were not.
   // Default: print to stderr. It must not destroy the Client.
   std::function<void(const std::string&)> on_warning;
 
@@ -183,6 +185,9 @@ struct AcquireOptions {
   bool fencing = false;
 };
 
+// Most masters one Client accepts. Every call goes to all of them, and each has a connection
+// (two while waiters listen for releases) with its own buffers; 3, 5 or 7 is usual.
+inline constexpr std::size_t kMaxMasters = 64;
 // Largest resource name accepted, in bytes. Names are binary-safe.
 inline constexpr std::size_t kMaxResourceSize = 1024;
 // Largest key prefix accepted, in bytes.

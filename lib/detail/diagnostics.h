@@ -3,31 +3,47 @@
 // and in warnings, never with a configured password, never unbounded.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "detail/loop_time.h"
 #include "redlock/endpoint.h"
 
 namespace redlock::detail {
 
 class Diagnostics {
  public:
-  Diagnostics(std::vector<Endpoint> endpoints, std::function<void(const std::string&)> on_warning)
-      : endpoints_(std::move(endpoints)), on_warning_(std::move(on_warning)) {}
+  using Now = std::uint64_t (*)();  // monotonic nanoseconds; a test may give its own
+  Diagnostics(std::vector<Endpoint> endpoints, std::function<void(const std::string&)> on_warning, Now now = &now_ns)
+      : endpoints_(std::move(endpoints)), on_warning_(std::move(on_warning)), now_(now) {}
 
   // Every configured password masked (a server may echo one back), at most kMaxShownText
   // bytes.
   [[nodiscard]] std::string shown(std::string_view text) const;
   // To ClientOptions::on_warning (its exceptions stop here), else to stderr; shown() first.
+  // At most kWarningsPerWindow in a kWarningWindow (which starts at the first warning after
+  // the last one ended): a master that flaps (a new incarnation, policy or ACL text at each
+  // reconnect) would otherwise warn without end. The last one shown in a window says that
+  // more are counted, not shown; the next one shown says how many were not. Loop thread only.
   void warn(const std::string& message) const;
 
   static constexpr std::size_t kMaxShownText = 1024;
+  static constexpr std::uint32_t kWarningsPerWindow = 10;
+  static constexpr std::chrono::seconds kWarningWindow{60};
 
  private:
   const std::vector<Endpoint> endpoints_;
   const std::function<void(const std::string&)> on_warning_;
+  const Now now_;
+  // The rate limit's state, changed by warn() (const: every part of the Client that warns
+  // holds a const Diagnostics&). Only the loop thread warns.
+  mutable std::uint64_t window_start_ns_ = 0;
+  mutable std::uint32_t shown_in_window_ = 0;
+  mutable std::uint64_t not_shown_ = 0;
 };
 
 // A text from a master (a handshake error, an ACL denial) as kept on its connection, to be

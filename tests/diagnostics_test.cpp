@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+// Warnings are bounded: at most Diagnostics::kWarningsPerWindow in a kWarningWindow, and the
+// reader is told when some were not shown and how many (detail/diagnostics.h).
+#include "detail/diagnostics.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace redlock::testing {
+namespace {
+
+using detail::Diagnostics;
+
+std::uint64_t fake_now_ns = 0;
+std::uint64_t fake_now() { return fake_now_ns; }
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string all;
+  for (const auto& line : lines) all += line + "\n";
+  return all;
+}
+
+TEST(DiagnosticsTest, WarningsBeyondTheLimitAreCountedAndTheCountIsShownLater) {
+  std::vector<std::string> seen;
+  const Endpoint endpoint = Endpoint::parse("redis://:hunter2secret@127.0.0.1:6390");
+  const Diagnostics diagnostics(
+      {endpoint}, [&](const std::string& text) { seen.push_back(text); }, &fake_now);
+  fake_now_ns = 1'000'000'000;
+  constexpr std::uint32_t kLimit = Diagnostics::kWarningsPerWindow;
+  const std::uint64_t window_ns = detail::to_ns(Diagnostics::kWarningWindow);
+
+  for (std::uint32_t i = 0; i < 3 * kLimit; ++i) {
+    diagnostics.warn("flap " + std::to_string(i) + " hunter2secret");
+    fake_now_ns += 1'000'000;  // 1 ms apart
+  }
+  ASSERT_EQ(seen.size(), kLimit) << joined(seen);
+  for (std::uint32_t i = 0; i < kLimit; ++i) {
+    EXPECT_EQ(seen[i].rfind("flap " + std::to_string(i), 0), 0u) << seen[i];
+    EXPECT_EQ(seen[i].find("hunter2secret"), std::string::npos) << "a password shown: " << seen[i];
+  }
+  EXPECT_NE(seen.back().find("counted, not shown"), std::string::npos) << seen.back();
+  EXPECT_EQ(seen[kLimit - 2].find("not shown"), std::string::npos) << seen[kLimit - 2];
+
+  // Still inside the window (it began at the first warning): counted.
+  fake_now_ns = 1'000'000'000 + window_ns - 1;
+  diagnostics.warn("late in the window");
+  ASSERT_EQ(seen.size(), kLimit) << joined(seen);
+
+  // The window is over: shown, with how many were not.
+  fake_now_ns = 1'000'000'000 + window_ns;
+  diagnostics.warn("next window");
+  ASSERT_EQ(seen.size(), kLimit + 1) << joined(seen);
+  const std::string expected_count = "(" + std::to_string(2 * kLimit + 1) + " warnings were not shown";
+  EXPECT_EQ(seen.back().rfind(expected_count, 0), 0u) << seen.back();
+  EXPECT_NE(seen.back().find("next window"), std::string::npos) << seen.back();
+
+  // The count was given once; the new window has room for the rest of its limit.
+  for (std::uint32_t i = 1; i < kLimit; ++i) diagnostics.warn("again " + std::to_string(i));
+  ASSERT_EQ(seen.size(), 2 * kLimit) << joined(seen);
+  EXPECT_EQ(seen[kLimit + 1].rfind("again 1", 0), 0u) << seen[kLimit + 1];
+  diagnostics.warn("over again");
+  EXPECT_EQ(seen.size(), 2 * kLimit) << joined(seen);
+}
+
+// A master whose eviction policy changes at every reconnect (as a flapping or hostile one's
+// may) warned once per reconnect, without end. Now the Client shows at most the limit.
+TEST(DiagnosticsTest, AMasterFlappingItsPolicyDoesNotWarnWithoutEnd) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  std::mutex guard;
+  std::vector<std::string> warnings;
+  options.on_warning = [&](const std::string& text) {
+    const std::lock_guard lock(guard);
+    warnings.push_back(text);
+  };
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  constexpr std::uint32_t kFlaps = Diagnostics::kWarningsPerWindow + 5;
+  for (std::uint32_t i = 0; i < kFlaps; ++i) {
+    masters[1].command({"CONFIG", "SET", "maxmemory-policy", i % 2 == 0 ? "allkeys-lru" : "allkeys-lfu"});
+    masters[1].command({"CLIENT", "KILL", "TYPE", "normal"});
+    // Master 1 voting again shows the new connection's handshake has read the policy.
+    const std::string resource = "flap-" + std::to_string(i);
+    ASSERT_TRUE(eventually([&] {
+      const Result r = client.acquire(resource);
+      if (r.lock) client.release(*r.lock);
+      return r.masters[1].status == MasterStatus::ok;
+    })) << "flap "
+        << i;
+  }
+  const std::lock_guard lock(guard);
+  // Every flap changed the policy: kFlaps warnings were due, the limit's worth shown.
+  ASSERT_EQ(warnings.size(), Diagnostics::kWarningsPerWindow) << joined(warnings);
+  EXPECT_NE(warnings.front().find("allkeys-lru"), std::string::npos) << warnings.front();
+  EXPECT_NE(warnings.back().find("counted, not shown"), std::string::npos) << warnings.back();
+}
+
+}  // namespace
+}  // namespace redlock::testing
