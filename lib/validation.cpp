@@ -131,6 +131,9 @@ std::optional<std::string> check_token(std::string_view token) {
 
 std::vector<Endpoint> validate(const ClientOptions& options) {
   require(!options.masters.empty(), "ClientOptions.masters is empty: at least one master URI is required");
+  require(options.masters.size() <= kMaxMasters, "ClientOptions.masters lists " +
+                                                     std::to_string(options.masters.size()) +
+                                                     " masters, more than the maximum " + std::to_string(kMaxMasters));
   std::vector<Endpoint> endpoints;
   std::unordered_set<std::string> seen;
   for (const auto& uri : options.masters) {

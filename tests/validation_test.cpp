@@ -97,6 +97,17 @@ TEST(ClientValidation, MastersEmpty) {
   EXPECT_THAT(config_error(options), HasSubstr("masters"));
 }
 
+TEST(ClientValidation, MoreMastersThanTheMaximum) {
+  ClientOptions options;
+  for (std::size_t i = 1; i <= redlock::kMaxMasters; ++i)
+    options.masters.push_back("redis://127.0.0.1:" + std::to_string(i));
+  EXPECT_NO_THROW({ Client client(options); });
+  options.masters.push_back("redis://127.0.0.1:65000");
+  const std::string message = config_error(options);
+  EXPECT_THAT(message, HasSubstr("lists " + std::to_string(redlock::kMaxMasters + 1) + " masters"));
+  EXPECT_THAT(message, HasSubstr("maximum " + std::to_string(redlock::kMaxMasters)));
+}
+
 TEST(ClientValidation, DuplicateMaster) {
   ClientOptions options = valid_options();
   options.masters.push_back("redis://127.0.0.1:2");
