@@ -101,6 +101,53 @@ TEST(FencingRounds, AFrozenMinorityDoesNotStopTokens) {
   masters[3].thaw();
 }
 
+// Fencing's availability bound (docs/fencing.md "Availability"): a master this Client sees for
+// the first time is caught up from N - Q + 1 *other* masters, so a fresh Client gets fenced
+// grants while at most Q - 2 masters are out (one of five), where plain grants go on with
+// N - Q out. With two of five out, each reachable master has only two others to read: a catch-up
+// from fewer would miss a token acknowledged by a quorum that held the unread ones.
+TEST(FencingRounds, AFreshClientGetsTokensWithOneOfFiveMastersDownButNotWithTwo) {
+  RedisServerGroup masters(5);
+  std::uint64_t before = 0;
+  {
+    Client earlier(options_for(masters));
+    warm_up_fenced(earlier, masters.size());
+    const Result held = earlier.acquire("avail", fenced());
+    ASSERT_TRUE(held) << format_result(held);
+    before = held.lock->fence;
+    ASSERT_TRUE(earlier.release(*held.lock));
+  }
+  masters[4].kill();
+  {
+    Client fresh(options_for(masters));
+    ASSERT_TRUE(fresh.wait_connected(4, 5s));
+    const Result held = fresh.acquire("avail", fenced());
+    ASSERT_TRUE(held) << "one of five down: " << format_result(held);
+    EXPECT_GT(held.lock->fence, before);
+    before = held.lock->fence;
+    ASSERT_TRUE(fresh.release(*held.lock));
+  }
+  masters[3].kill();
+  Client fresh(options_for(masters));
+  ASSERT_TRUE(fresh.wait_connected(3, 5s));
+  AcquireOptions bounded = fenced();
+  bounded.wait = 2000ms;  // four catch-up deadlines (command_timeout 500 ms)
+  const Result refused = fresh.acquire("avail", bounded);
+  ASSERT_FALSE(refused) << "two of five down, a fresh Client's fenced grant: " << format_result(refused);
+  // Decided on the first refusal that leaves no quorum: the other rows may still be pending.
+  std::size_t not_caught_up = 0;
+  for (const std::size_t up : {0u, 1u, 2u}) {
+    const MasterResult& row = refused.masters[up];
+    EXPECT_TRUE(row.status == MasterStatus::not_counted || row.status == MasterStatus::pending)
+        << format_result(refused);
+    if (row.status == MasterStatus::not_counted && row.error.find("not caught up") != std::string::npos)
+      ++not_caught_up;
+  }
+  EXPECT_GE(not_caught_up, 1u) << format_result(refused);
+  const Result plain = fresh.acquire("avail-plain");
+  EXPECT_TRUE(plain) << "plain grants go on with two of five down: " << format_result(plain);
+}
+
 // With an empty key_prefix a resource's key is its name, so a resource named like the fencing
 // counter would be locked wherever the counter does not exist yet (a new or restarted master):
 // a 32-hex token with a ttl where an integer must be, and fenced acquires fail until it
