@@ -39,7 +39,9 @@ step "shared: build only the library (BUILD_SHARED_LIBS=ON) and install it into 
 if [ ! -f "$work/shared-build/CMakeCache.txt" ]; then
   cmake -S "$src" -B "$work/shared-build" -G "$generator" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER="$CXX" -DBUILD_SHARED_LIBS=ON -DREDLOCK_WERROR=ON \
-    -DREDLOCK_BUILD_TESTS=OFF -DREDLOCK_BUILD_TOOLS=OFF -DREDLOCK_BUILD_BENCH=OFF >/dev/null
+    -DREDLOCK_BUILD_TESTS=OFF -DREDLOCK_BUILD_TOOLS=OFF -DREDLOCK_BUILD_BENCH=OFF -DREDLOCK_BUILD_CHAOS=OFF \
+    -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=TRUE -DCMAKE_DISABLE_FIND_PACKAGE_GTest=TRUE \
+    -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=TRUE -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=TRUE >/dev/null
 fi
 nice cmake --build "$work/shared-build" --target redlock --parallel 2
 rm -rf "$work/shared"
