@@ -490,7 +490,8 @@ void define_interface(CLI::App& app, Args& args) {
       ->type_name("FILE");
   app.add_option("--ttl", args.ttl, "Lease time of the lock (default 10s)")->type_name("DURATION");
   app.add_option("--retry-count", args.retry_count,
-                 "Retries after a failed acquire attempt, 0 = one attempt only (default 3)")
+                 "Polling retries after a failed acquire attempt, 0 = one attempt only (default 3; retries "
+                 "a heard release triggers are not counted)")
       ->type_name("N");
   app.add_option("--retry-delay", args.retry_delay,
                  "Pause between acquire attempts, +-50% random jitter (default 200ms +-100ms)")
@@ -514,7 +515,7 @@ void define_interface(CLI::App& app, Args& args) {
   app.add_flag("-q,--quiet", args.quiet, "No diagnostics on stderr (usage errors excepted)");
   app.add_option("-E,--conflict-exit-code", args.conflict_exit_code,
                  "Exit status when the lock is held by another owner (acquire, run), 0..255 (default 73, "
-                 "as flock -E)")
+                 "as flock -E); that case then prints nothing")
       ->type_name("N");
 
   app.add_option("--tls-ca-file", args.tls_ca_file,
@@ -684,6 +685,7 @@ Settings resolve(const Args& args) {
                        std::to_string(args.conflict_exit_code) + ")");
     }
     settings.conflict_exit_code = args.conflict_exit_code;
+    settings.conflict_silent = true;
   }
 
   auto& client = settings.client;

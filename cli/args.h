@@ -77,6 +77,9 @@ struct Settings {
   bool stdout_closed = false;  // started with fd 1 closed (now /dev/null): acquire has nowhere for its token
   // The exit status when the lock is held by another owner (acquire, run): 73 unless -E.
   int conflict_exit_code = kExitTaken;
+  // -E was given: a conflict is expected and says so by its exit status alone; the failure
+  // table is not printed for it (as flock -E; cron mails whatever a job prints).
+  bool conflict_silent = false;
   // Absolute path of the masters file when the masters came from one (--masters-file or
   // REDLOCK_MASTERS_FILE): `run` passes it on to the command.
   std::string masters_file;

@@ -284,7 +284,7 @@ int acquire_and_print(const Settings& settings, const Output& out, const Blocked
     if (std::fflush(stdout) != 0 || !written || std::ferror(stdout) != 0) {
       return token_not_written(client, *result.lock, settings);
     }
-  } else {
+  } else if (!(settings.conflict_silent && exit_code_for(result) == kExitTaken)) {
     out.failure("could not acquire " + quoted(settings), result);
   }
   for (const auto& note : notes) out.note(note);

@@ -400,7 +400,9 @@ std::optional<int> RunSession::acquire() {
   if (!acquired_.ok()) {
     const int code = exit_code_for(acquired_, settings_.conflict_exit_code);
     if (!out_.json()) {
-      out_.failure("could not acquire " + resource() + "; the command was not run", acquired_);
+      if (!(settings_.conflict_silent && exit_code_for(acquired_) == kExitTaken)) {
+        out_.failure("could not acquire " + resource() + "; the command was not run", acquired_);
+      }
       for (const auto& note : notes_) out_.note(note);
     }
     report(code, nullptr);
@@ -834,6 +836,13 @@ int RunSession::child_exit_code() const {
 void RunSession::report(int code, const redlock::Result* release) const {
   if (!out_.json()) return;
   auto object = result_json(acquired_, "run", settings_.resource, settings_.key);
+  if (lost_) {
+    // The acquire's outcome would say "acquired", ok: a script testing `.ok` must not read a
+    // run that lost its lock (exit 75) as a success.
+    object["outcome"] = "lost";
+    object["ok"] = false;
+    object["message"] = lost_reason_;
+  }
   object["notes"] = notes_;
   object["exit_code"] = code;
   add_run_keys(object);

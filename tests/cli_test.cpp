@@ -1174,11 +1174,22 @@ TEST_F(CliTest, ConflictExitCodeReplaces73) {
   acquire_token("job");
   const Finished f = redlock({"-E", "42", "--retry-count", "0", "acquire", "job"});
   EXPECT_EQ(f.exit_code, 42) << describe(f);
+  // With -E the conflict is expected: nothing printed (cron mails any output), as flock -E.
+  EXPECT_EQ(f.err, "") << describe(f);
   TempDir dir;
   const Finished run = redlock(
       {"--conflict-exit-code", "0", "--retry-count", "0", "run", "job", "--", "touch", (dir / "ran").string()});
   EXPECT_EQ(run.exit_code, 0) << describe(run);
+  EXPECT_EQ(run.err, "") << describe(run);
   EXPECT_FALSE(fs::exists(dir / "ran"));
+  const Finished loud = redlock({"--retry-count", "0", "acquire", "job"});
+  EXPECT_EQ(loud.exit_code, 73) << describe(loud);
+  EXPECT_NE(loud.err.find("could not acquire"), std::string::npos) << describe(loud);
+  // Another failure with -E still says why.
+  const Finished down =
+      Process({"-m", "redis://127.0.0.1:1", "-E", "0", "--retry-count", "0", "acquire", "job"}).wait();
+  EXPECT_EQ(down.exit_code, 69) << describe(down);
+  EXPECT_NE(down.err.find("could not acquire"), std::string::npos) << describe(down);
   const Finished json = redlock({"--json", "-E", "9", "--retry-count", "0", "acquire", "job"});
   EXPECT_EQ(json.exit_code, 9) << describe(json);
   EXPECT_EQ(nlohmann::json::parse(json.out).at("exit_code"), 9) << json.out;
@@ -1594,6 +1605,9 @@ TEST(CliLeaseLossTest, RunStopsTheCommandAtOnceWhenARenewalFindsTheKeyGoneOnAQuo
   ASSERT_TRUE(report.is_object()) << describe(f);
   EXPECT_EQ(report.value("lock_lost", false), true) << f.err;
   EXPECT_NE(report.value("lost_reason", std::string()).find("lease lost: taken"), std::string::npos) << f.err;
+  // The run's outcome, not the acquire's: `jq -e .ok` must not pass a run that lost its lock.
+  EXPECT_EQ(report.value("outcome", std::string()), "lost") << f.err;
+  EXPECT_EQ(report.value("ok", true), false) << f.err;
   const auto times = lease_times(report);
   ASSERT_TRUE(times.has_value()) << f.err;
   EXPECT_GT(times->sigterm_ns, deleted_ns);
