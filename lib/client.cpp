@@ -15,6 +15,12 @@ using detail::ReleasePart;
 
 Client::Client(ClientOptions options) : impl_(std::make_unique<detail::ClientImpl>(std::move(options))) {}
 Client::~Client() {
+  // In a child of fork(): everything of this Client is the parent's (detail/fork_generation.h).
+  // Closing anything here would take the parent's sockets out of their shared epoll instance.
+  if (impl_->forked()) {
+    (void)impl_.release();  // left to the child's exit or exec
+    return;
+  }
   if (impl_->inside_callback()) detail::ClientImpl::destroy_from_callback(std::move(impl_));
 }
 

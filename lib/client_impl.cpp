@@ -106,9 +106,7 @@ ClientImpl::~ClientImpl() {
 }
 
 void ClientImpl::call_back(const Callback& done, Result&& result) noexcept {
-  ++callbacks_running_;
-  call_user(done, std::move(result));
-  --callbacks_running_;
+  run_as_callback([&] { call_user(done, std::move(result)); });
 }
 
 bool ClientImpl::inside_callback() const noexcept { return loop_->in_loop_thread() && callbacks_running_ > 0; }
@@ -141,6 +139,9 @@ void ClientImpl::shutdown() {
     if (!op->internal()) live.push_back(id);
   }
   for (const OperationId id : live) cancel(id);
+  for (const auto& wait : connect_waits_) wait->give(false);
+  connect_waits_.clear();
+  if (connect_check_timer_ != 0) loop_->cancel(std::exchange(connect_check_timer_, 0));
   masters_.close();
   watch_.close();
   for (auto& [id, op] : operations_) op->round.reset();  // cut op <-> round cycles
@@ -161,7 +162,9 @@ OperationId ClientImpl::submit(std::shared_ptr<Operation> op) {
     const std::shared_ptr<Operation> refused = std::exchange(raw->in_transit, nullptr);
     Result result;
     result.outcome = Outcome::cancelled;
-    result.message = "the client is shutting down";
+    result.message = forked() ? "this Client was made before a fork(): it belongs to the parent process; make a new "
+                                "Client in this one"
+                              : "the client is shutting down";
     call_user(refused->done, std::move(result));
   }
   return id;
@@ -911,16 +914,49 @@ Result ClientImpl::wait_for(const std::function<void(Callback)>& start) {
 }
 
 bool ClientImpl::wait_connected(std::size_t count, Milliseconds timeout) {
+  if (loop_->in_loop_thread()) {
+    throw UsageError(
+        "a blocking redlock call on the client's loop thread would wait for itself forever; "
+        "wait_connected cannot see a connection made while its caller holds the loop");
+  }
+  auto wait = std::make_shared<ConnectWait>();
+  wait->count = count;
+  wait->deadline_ns = deadline_after(now_ns(), to_ns(timeout));
+  auto connected = wait->answer.get_future();
   const auto give_up = steady_deadline_after(timeout);
-  for (;;) {
-    auto promise = std::make_shared<std::promise<std::size_t>>();
-    auto future = promise->get_future();
-    const bool posted = loop_->post([this, promise] { promise->set_value(masters_.ready_count()); });
-    if (!posted) return false;
-    if (future.wait_until(give_up) != std::future_status::ready) return false;
-    if (future.get() >= count) return true;
-    if (std::chrono::steady_clock::now() >= give_up) return false;
-    std::this_thread::sleep_for(Milliseconds(5));
+  // A task the loop accepts always runs (at the latest in its close, after the shutdown).
+  const bool posted = loop_->post([this, wait] {
+    if (shut_down_) {
+      wait->give(false);
+      return;
+    }
+    connect_waits_.push_back(wait);
+    check_connect_waits();
+  });
+  if (!posted) return false;
+  // Bounded on this side too: a caller's loop that is not running answers nothing.
+  if (connected.wait_until(give_up) != std::future_status::ready) return false;
+  return connected.get();
+}
+
+// Loop thread: answers the waits whose count is reached or whose deadline passed, and checks
+// again in 1 ms while any is left (there is no event for "a master became ready").
+void ClientImpl::check_connect_waits() {
+  const std::size_t ready = masters_.ready_count();
+  const std::uint64_t now = now_ns();
+  std::erase_if(connect_waits_, [&](const std::shared_ptr<ConnectWait>& wait) {
+    if (ready >= wait->count) {
+      wait->give(true);
+    } else if (now >= wait->deadline_ns) {
+      wait->give(false);
+    }
+    return wait->answered;
+  });
+  if (!connect_waits_.empty() && connect_check_timer_ == 0) {
+    connect_check_timer_ = loop_->schedule_after(Milliseconds(1), [this] {
+      connect_check_timer_ = 0;
+      check_connect_waits();
+    });
   }
 }
 

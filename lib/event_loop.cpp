@@ -122,6 +122,8 @@ void EventLoop::note_loop_thread() noexcept {
 }
 
 bool EventLoop::post(Task task) {
+  // Before the mutex: in a child of fork() another thread of the parent may have held it.
+  if (forked()) return false;
   // The write under the mutex: close() sets closing_ under the same mutex before it closes
   // the eventfd, so a write can never race the close.
   const std::lock_guard guard(queue_mutex_);

@@ -303,17 +303,25 @@ void LeaseCore::signal_loss(LossReason reason) {
 
 void LeaseCore::announce_loss(LossReason reason, const Lock& lock) {
   ClientImpl* const client = this->client();
-  if (client != nullptr) cancel_timers(client->loop());
-  stop_.request_stop();
   // A loss a holder's lost() declared just before the Client closed is announced by the
   // close's drain: stop is requested (as at any Client shutdown), on_lost is not called.
-  if (client == nullptr) return;
-  if (settings_.on_lost) {
-    try {
-      settings_.on_lost(reason, lock);
-    } catch (...) {
-    }
+  if (client == nullptr) {
+    stop_.request_stop();
+    return;
   }
+  cancel_timers(client->loop());
+  // Stop callbacks run here; one may destroy the Client (on a caller's loop), as a completion
+  // callback may. Outside such a scope ~Client freed the Client while this timer pass (or
+  // task) was still running on its loop.
+  client->run_as_callback([&] {
+    stop_.request_stop();
+    if (settings_.on_lost) {
+      try {
+        settings_.on_lost(reason, lock);
+      } catch (...) {
+      }
+    }
+  });
 }
 
 void LeaseCore::cancel_timers(EventLoop& loop) noexcept {

@@ -387,12 +387,12 @@ void ClientImpl::status_async(std::optional<std::string> resource, StatusCallbac
   }
   auto shared_done = std::make_shared<StatusCallback>(std::move(done));
   auto call = [this, shared_done](FleetStatus status) {
-    ++callbacks_running_;
-    try {
-      if (*shared_done) (*shared_done)(std::move(status));
-    } catch (...) {
-    }
-    --callbacks_running_;
+    run_as_callback([&] {
+      try {
+        if (*shared_done) (*shared_done)(std::move(status));
+      } catch (...) {
+      }
+    });
   };
   const bool posted = loop_->post([this, resource = std::move(resource), key = std::move(key), call]() mutable {
     if (shutting_down_) {

@@ -7,9 +7,11 @@
 #include "redlock/lease.h"
 
 #include <gtest/gtest.h>
+#include <uv.h>
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -17,8 +19,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <uv.h>
 
 #include "detail/uv_loop_close.h"
 #include "redlock/mutex.h"
@@ -452,6 +452,49 @@ TEST(LeaseTest, ALeaseDestroyedJustBeforeItsClientOnACallersLoopStillReleases) {
   EXPECT_EQ(detail::close_uv_loop(&loop), 0);
   EXPECT_TRUE(eventually([&] { return with_key(masters, key) == 0; }, 2s))
       << with_key(masters, key) << " masters still hold " << key;
+}
+
+// A Lease's stop callbacks run "there and then" when it is lost; one that destroys the Client
+// on a caller's loop is as allowed as a completion callback that does. A loss found by the loss
+// timer (renewals unanswered: two of three masters frozen) requested stop outside any
+// completion callback, so ~Client freed the Client and its loop state while the timer pass was
+// still running: a heap-use-after-free in EventLoop::arm_timer (review; under ASan). Now the
+// Client is shut down there and freed on the loop's next pass.
+TEST(LeaseTest, AStopCallbackThatDestroysTheClientOnACallersLoop) {
+  RedisServerGroup masters(3);
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  auto options = lease_options(masters);
+  options.loop = &loop;
+  auto client = std::make_unique<Client>(options);
+  std::optional<Lease> lease;
+  std::optional<std::stop_callback<std::function<void()>>> on_stop;
+  bool destroyed_in_callback = false;
+  AcquireOptions ttl;
+  ttl.ttl = 600ms;
+  client->acquire_async(
+      "stop-callback-destroys",
+      [&](Result held) {
+        if (!held) return;
+        lease.emplace(client->keep(*held.lock));
+        on_stop.emplace(lease->stop_token(), std::function<void()>([&] {
+                          destroyed_in_callback = true;
+                          client.reset();
+                        }));
+        masters[1].freeze();
+        masters[2].freeze();
+      },
+      ttl);
+  const auto give_up = steady_clock::now() + 10s;
+  while (client != nullptr && steady_clock::now() < give_up) uv_run(&loop, UV_RUN_ONCE);
+  masters[1].thaw();
+  masters[2].thaw();
+  ASSERT_TRUE(destroyed_in_callback) << "the lease was not lost within 10 s";
+  EXPECT_TRUE(lease->lost());
+  uv_run(&loop, UV_RUN_DEFAULT);  // frees the Client, then its last handles
+  on_stop.reset();
+  lease.reset();
+  EXPECT_EQ(detail::close_uv_loop(&loop), 0);
 }
 
 // And with both destroyed inside one of the Client's callbacks on a caller's loop: the Client

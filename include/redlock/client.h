@@ -57,6 +57,10 @@ class Client {
   // afterwards until it has no handles left, which frees the last sockets. Deleting the
   // Client inside one of its own completion callbacks is allowed there: it shuts down at
   // once and its memory is freed on the loop's next iteration.
+  // fork(): a Client belongs to the process that made it (its loop thread and sockets stay
+  // there). In a child its calls answer `cancelled` at once (blocking ones included; Mutex
+  // throws LockError) and its destructor frees and closes nothing, so the parent's Client
+  // keeps working; make a new Client in the child.
   ~Client();
 
   Client(const Client&) = delete;

@@ -28,10 +28,10 @@
 //     renewal);
 //   - deadline - loss_margin arrives without a successful renewal (LossReason::deadline).
 // Then, on the Client's loop thread and in this order: stop is requested on stop_token()
-// (std::stop_callbacks registered on it run there and then), and on_lost is called (at most
-// once). lost() and loss() say so from then on, on any thread. Each signal is raised before
-// the lock's deadline: the deadline case by loss_margin, the others as soon as the Client
-// knows. docs/leases.md gives the timing argument and what the margin must cover.
+// (std::stop_callbacks registered on it run there and then; on a caller's loop one may destroy
+// the Client, as a completion callback may), and on_lost is called (at most once). lost() and loss() say so from then
+// on, on any thread. Each signal is raised before the lock's deadline: the deadline case by loss_margin, the others as
+// soon as the Client knows. docs/leases.md gives the timing argument and what the margin must cover.
 //
 // Defaults. renew_fraction 1/3; ttl: the lock's own. loss_margin: max(2 * command_timeout,
 // ttl / 10), but never more than half of the time between the first renewal and the deadline

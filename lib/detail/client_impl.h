@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <memory_resource>
@@ -18,6 +19,7 @@
 #include <random>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "detail/diagnostics.h"
@@ -55,6 +57,17 @@ class ClientImpl {
   OperationId submit(std::shared_ptr<Operation> op);
   void cancel_soon(OperationId id);  // posts cancel() to the loop
   Result wait_for(const std::function<void(Callback)>& start);
+  // This process is a child of a fork() made after the Client was (EventLoop::forked).
+  [[nodiscard]] bool forked() const noexcept { return loop_->forked(); }
+  // Loop thread: runs `user_code` (stop callbacks, on_lost) as a completion callback is run: a
+  // Client destroyed inside it on a caller's loop is shut down there and freed on the loop's
+  // next pass (Client::~Client), not under the loop code still on the stack.
+  template <typename UserCode>
+  void run_as_callback(UserCode&& user_code) {
+    ++callbacks_running_;
+    std::forward<UserCode>(user_code)();
+    --callbacks_running_;
+  }
   bool wait_connected(std::size_t count, Milliseconds timeout);
   // Client::status (lib/status.cpp): throws UsageError for a bad resource name.
   void status_async(std::optional<std::string> resource, StatusCallback done);
@@ -212,6 +225,25 @@ class ClientImpl {
   bool shutting_down_ = false;
   bool shut_down_ = false;
   int callbacks_running_ = 0;  // user callbacks on the stack (a Client may be deleted in one)
+  // One blocking wait_connected, answered by the loop only (at the count, at its deadline, or
+  // false at shutdown): its caller sleeps on `answer` and never touches the Client again after
+  // posting, so a Client destroyed on another thread meanwhile answers false instead of being
+  // read after it was freed (a review: the old loop posted a query every 5 ms, re-reading the
+  // Client each time). The loop thread alone reads and sets it; the caller only waits on the future.
+  struct ConnectWait {
+    std::size_t count = 0;
+    std::uint64_t deadline_ns = 0;
+    std::promise<bool> answer;
+    bool answered = false;
+    void give(bool connected) {
+      if (answered) return;
+      answered = true;
+      answer.set_value(connected);
+    }
+  };
+  std::vector<std::shared_ptr<ConnectWait>> connect_waits_;
+  EventLoop::TimerId connect_check_timer_ = 0;
+  void check_connect_waits();
   std::vector<std::weak_ptr<LeaseCore>> leases_;  // stopped at shutdown; swept when it doubles
   std::size_t leases_sweep_at_ = 64;
   std::mutex releasing_mutex_;  // a leaf: never held while taking another lock

@@ -16,13 +16,14 @@
 #include <functional>
 #include <limits>
 #include <map>
-#include <memory_resource>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "detail/fork_generation.h"
 #include "detail/loop_time.h"
 #include "detail/uv_handle.h"
 
@@ -43,9 +44,12 @@ class EventLoop {
   [[nodiscard]] uv_loop_t* uv() const noexcept { return loop_; }
   [[nodiscard]] bool owns_thread() const noexcept { return thread_.joinable(); }
   [[nodiscard]] bool in_loop_thread() const noexcept;
+  // This process is a child of a fork() made after the loop was (detail/fork_generation.h):
+  // post() refuses everything, and the loop must be left alone (its owner leaks it).
+  [[nodiscard]] bool forked() const noexcept { return fork_generation() != generation_; }
 
   // Any thread. Runs `task` on the loop thread, in posting order. Returns false (and drops
-  // the task) once close() has begun.
+  // the task) once close() has begun, and in a child of fork() (forked()).
   bool post(Task task);
 
   // Loop thread only. Runs `task` at its deadline, or up to a millisecond before it (the uv
@@ -74,6 +78,7 @@ class EventLoop {
   void close();
 
  private:
+  const std::uint64_t generation_ = fork_generation();  // of the process that made the loop
   void start();              // the constructor's part after the loop exists
   void abandon() noexcept;   // start() threw: close what it opened (the destructor will not run)
   static void on_wake(uv_poll_t* handle, int status, int events);
