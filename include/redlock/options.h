@@ -115,8 +115,9 @@ struct ClientOptions {
   // seconds of its last reading of it, whose AOF was on from its start (no AOF rewrite yet:
   // Redis 7.0 or later), it is counted at once and keeps its votes (a first
   // contact applies the age rule: the previous incarnation may not have been durable). Two
-  // masters that are the same server (same run_id) give one vote, guard on or off.
-  // Default on.
+  // masters that are the same server (same run_id) give one vote, guard on or off; that needs
+  // their INFO (with INFO denied, allowed only with the guard off, nothing tells two names of
+  // one server apart: list every server once). Default on.
   bool restart_guard = true;
   // The longest ttl any lock on these masters uses, by any Client or process (a restarted
   // master must be quarantined until every lock it forgot has expired, whoever took it): give
