@@ -309,6 +309,16 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
   switch (round.kind()) {
     case RoundKind::release:
       if (success) result.outcome = Outcome::released;
+      if (!success && shutting_down_ && result.outcome == Outcome::quorum_unreachable) {
+        // The connections closed under it (~Client), not the masters: its commands were written
+        // at the close (a release then ~Client on one thread deleted every key, and said
+        // "quorum_unreachable: 0 of 3 masters agreed").
+        result.outcome = Outcome::cancelled;
+        result.message =
+            "the Client shut down before a quorum answered; the release was written to the "
+            "connected masters, whether it ran there is unknown (" +
+            result.message + ")";
+      }
       if (success && !op->internal()) note_release(*op, round);
       if (op->internal()) warn_failed_release(*op, result);
       finish(op, std::move(result));

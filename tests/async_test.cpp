@@ -141,6 +141,28 @@ TEST(AsyncTest, AChildOfForkLeavesTheParentsClientWorking) {
   EXPECT_TRUE(client->acquire("after-fork")) << "the parent's Client stopped working after its children";
 }
 
+// A release_async just before ~Client on the same thread: its commands are written as the
+// connections close, so the keys go, but no reply is read. It said "quorum_unreachable: 0 of
+// 3 masters agreed" (review), as if the masters were down; it is cancelled, saying why.
+TEST(AsyncTest, AReleaseCutShortByTheClientsShutdownSaysSo) {
+  RedisServerGroup masters(3);
+  auto client = std::make_unique<Client>(options_for(masters));
+  ASSERT_TRUE(client->wait_connected(3, 5s));
+  const Result held = client->acquire("released-at-shutdown");
+  ASSERT_TRUE(held) << format_result(held);
+  std::promise<Result> released;
+  client->release_async(*held.lock, [&](Result r) { released.set_value(std::move(r)); });
+  client.reset();
+  auto answer = released.get_future();
+  ASSERT_EQ(answer.wait_for(5s), std::future_status::ready);
+  const Result result = answer.get();
+  if (result.outcome != Outcome::released) {  // the replies may have come first
+    EXPECT_EQ(result.outcome, Outcome::cancelled) << format_result(result);
+    EXPECT_NE(result.message.find("shut down"), std::string::npos) << result.message;
+  }
+  EXPECT_TRUE(eventually([&] { return with_key(masters, held.lock->key) == 0; }, 2s));
+}
+
 TEST(AsyncTest, ExceptionsFromCallbacksStayInTheLibrary) {
   RedisServerGroup masters(1);
   Client client(options_for(masters));
