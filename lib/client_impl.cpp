@@ -832,8 +832,9 @@ void ClientImpl::warn_failed_release(const Operation& op, const Result& result) 
   for (const auto& master : result.masters) {
     if (master.status != MasterStatus::server_error) continue;
     diagnostics_.warn("release of key '" + op.key + "' after a failed acquire was refused by master " +
-                      master.endpoint + ": " + master.error + "; the key stays there until its ttl (" +
-                      std::to_string(ttl.count()) + " ms)");
+                          master.endpoint + ": " + master.error + "; the key stays there until its ttl (" +
+                          std::to_string(ttl.count()) + " ms)",
+                      master.endpoint);
   }
 }
 

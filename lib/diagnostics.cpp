@@ -17,36 +17,40 @@ std::string Diagnostics::shown(std::string_view text) const {
   return out;
 }
 
-void Diagnostics::warn(const std::string& message) const {
+bool Diagnostics::warn(const std::string& message, const std::string& about) const {
   const std::uint64_t now = now_();
-  if (shown_in_window_ == 0 || now - window_start_ns_ >= to_ns(kWarningWindow)) {
-    window_start_ns_ = now;
-    shown_in_window_ = 0;
+  Window& window = windows_[about];
+  if (window.shown == 0 || now - window.start_ns >= to_ns(kWarningWindow)) {
+    window.start_ns = now;
+    window.shown = 0;
   }
-  if (shown_in_window_ == kWarningsPerWindow) {
-    ++not_shown_;
-    return;
+  if (window.shown == kWarningsPerWindow) {
+    ++window.not_shown;
+    return false;
   }
+  const std::string source = about.empty() ? std::string() : " about " + shown(about);
   std::string text;
-  if (not_shown_ > 0) {
-    text = "(" + std::to_string(not_shown_) + (not_shown_ == 1 ? " warning was" : " warnings were") +
-           " not shown: more than " + std::to_string(kWarningsPerWindow) + " in " +
-           std::to_string(kWarningWindow.count()) + " s) ";
-    not_shown_ = 0;
+  if (window.not_shown > 0) {
+    text = "(" + std::to_string(window.not_shown) + (window.not_shown == 1 ? " warning" : " warnings") + source +
+           (window.not_shown == 1 ? " was" : " were") + " not shown: more than " + std::to_string(kWarningsPerWindow) +
+           " in " + std::to_string(kWarningWindow.count()) + " s) ";
+    window.not_shown = 0;
   }
   text += shown(message);
-  if (++shown_in_window_ == kWarningsPerWindow) {
-    text += " (" + std::to_string(kWarningsPerWindow) + " warnings in under " + std::to_string(kWarningWindow.count()) +
-            " s: more in the same " + std::to_string(kWarningWindow.count()) + " s are counted, not shown)";
+  if (++window.shown == kWarningsPerWindow) {
+    text += " (" + std::to_string(kWarningsPerWindow) + " warnings" + source + " in under " +
+            std::to_string(kWarningWindow.count()) + " s: more in the same " + std::to_string(kWarningWindow.count()) +
+            " s are counted, not shown)";
   }
   if (on_warning_) {
     try {
       on_warning_(text);
     } catch (...) {
     }
-    return;
+    return true;
   }
   std::fprintf(stderr, "redlock: warning: %s\n", text.c_str());
+  return true;
 }
 
 }  // namespace redlock::detail

@@ -123,14 +123,21 @@ void MasterSet::on_ready(std::uint32_t index) {
   const Incarnation& incarnation = guard_.incarnation(index);
   for (std::uint32_t other = 0; other < size_; ++other) {
     if (!same_server(index, other) || warned_[index].twin) continue;
-    warned_[index].twin = true;
-    diagnostics_.warn("masters " + names_[other] + " and " + names_[index] + " are the same server (run_id " +
-                      incarnation.run_id + "): they give one vote between them; list every server once");
+    warned_[index].twin =
+        diagnostics_.warn("masters " + names_[other] + " and " + names_[index] + " are the same server (run_id " +
+                              incarnation.run_id + "): they give one vote between them; list every server once",
+                          names_[index]);
   }
   // Again only when the policy changes (every reconnect reads it), not at every reconnect.
   std::string risk = eviction_risk(info.maxmemory_policy, options_.fence_key);
-  if (!risk.empty() && risk != warned_[index].eviction) diagnostics_.warn("master " + names_[index] + ": " + risk);
-  warned_[index].eviction = std::move(risk);
+  // Recorded as warned only when shown: one the rate limit held back is warned at a later
+  // reconnect.
+  if (risk.empty()) {
+    warned_[index].eviction.clear();
+  } else if (risk != warned_[index].eviction &&
+             diagnostics_.warn("master " + names_[index] + ": " + risk, names_[index])) {
+    warned_[index].eviction = std::move(risk);
+  }
   arm_durability_read(index);
 }
 
@@ -193,24 +200,31 @@ void MasterSet::warn_permissions(std::uint32_t index) {
     return;
   }
   if (problem == warned) return;
-  warned = problem;
+  // Recorded as warned only when every warning of it was shown (the rate limit may hold one
+  // back: it is warned at a later reconnect).
+  bool shown = true;
   if (!info.not_permitted.empty()) {
-    diagnostics_.warn("master " + names_[index] +
-                      ": the lock user may not run the lock's commands there, so it is sent no lock " +
-                      "(not_permitted) until a reconnect proves otherwise: " + info.not_permitted +
-                      " (docs/permissions.md lists the ACL the library needs)");
+    shown = diagnostics_.warn("master " + names_[index] +
+                                  ": the lock user may not run the lock's commands there, so it is sent no lock " +
+                                  "(not_permitted) until a reconnect proves otherwise: " + info.not_permitted +
+                                  " (docs/permissions.md lists the ACL the library needs)",
+                              names_[index]);
   } else if (!info.fence_not_permitted.empty()) {
-    diagnostics_.warn("master " + names_[index] +
-                      ": the lock user may not touch the fencing counter there, so fenced acquires " +
-                      "are not sent to it (not_permitted): " + info.fence_not_permitted +
-                      " (docs/permissions.md lists the ACL the library needs)");
+    shown = diagnostics_.warn("master " + names_[index] +
+                                  ": the lock user may not touch the fencing counter there, so fenced acquires " +
+                                  "are not sent to it (not_permitted): " + info.fence_not_permitted +
+                                  " (docs/permissions.md lists the ACL the library needs)",
+                              names_[index]);
   }
   if (!notify.empty()) {
-    diagnostics_.warn("master " + names_[index] +
-                      ": the lock user may not publish or subscribe to release notifications there, so waiters "
-                      "poll it (retry_delay) instead of hearing releases: " +
-                      notify + " (docs/permissions.md lists the ACL the library needs)");
+    shown = diagnostics_.warn("master " + names_[index] +
+                                  ": the lock user may not publish or subscribe to release notifications there, so "
+                                  "waiters poll it (retry_delay) instead of hearing releases: " +
+                                  notify + " (docs/permissions.md lists the ACL the library needs)",
+                              names_[index]) &&
+            shown;
   }
+  if (shown) warned = problem;
 }
 
 }  // namespace redlock::detail

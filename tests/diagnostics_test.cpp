@@ -68,6 +68,29 @@ TEST(DiagnosticsTest, WarningsBeyondTheLimitAreCountedAndTheCountIsShownLater) {
   EXPECT_EQ(seen.size(), 2 * kLimit) << joined(seen);
 }
 
+// The limit is per source: a flapping master used up a budget shared by the whole Client, and
+// another master's evicting policy was never shown (review). A warning held back returns false,
+// so its caller warns about the problem again later.
+TEST(DiagnosticsTest, OneSourceUsingUpItsLimitDoesNotSilenceAnother) {
+  std::vector<std::string> seen;
+  const Diagnostics diagnostics(
+      {}, [&](const std::string& text) { seen.push_back(text); }, &fake_now);
+  fake_now_ns = 5'000'000'000;
+  for (std::uint32_t i = 0; i < Diagnostics::kWarningsPerWindow; ++i) {
+    EXPECT_TRUE(diagnostics.warn("flap " + std::to_string(i), "a:1"));
+  }
+  EXPECT_FALSE(diagnostics.warn("flap again", "a:1"));
+  EXPECT_TRUE(diagnostics.warn("evicting policy", "b:2")) << joined(seen);
+  EXPECT_TRUE(diagnostics.warn("insecure TLS")) << joined(seen);
+  ASSERT_EQ(seen.size(), Diagnostics::kWarningsPerWindow + 2) << joined(seen);
+  EXPECT_EQ(seen[Diagnostics::kWarningsPerWindow], "evicting policy");
+  EXPECT_NE(seen[Diagnostics::kWarningsPerWindow - 1].find("warnings about a:1 in under"), std::string::npos)
+      << seen[Diagnostics::kWarningsPerWindow - 1];
+  fake_now_ns += detail::to_ns(Diagnostics::kWarningWindow);
+  EXPECT_TRUE(diagnostics.warn("later", "a:1"));
+  EXPECT_EQ(seen.back().rfind("(1 warning about a:1 was not shown", 0), 0u) << seen.back();
+}
+
 // A master whose eviction policy changes at every reconnect (as a flapping or hostile one's
 // may) warned once per reconnect, without end. Now the Client shows at most the limit.
 TEST(DiagnosticsTest, AMasterFlappingItsPolicyDoesNotWarnWithoutEnd) {
@@ -94,11 +117,23 @@ TEST(DiagnosticsTest, AMasterFlappingItsPolicyDoesNotWarnWithoutEnd) {
     })) << "flap "
         << i;
   }
+  {
+    const std::lock_guard lock(guard);
+    // Every flap changed the policy: kFlaps warnings were due, the limit's worth shown.
+    ASSERT_EQ(warnings.size(), Diagnostics::kWarningsPerWindow) << joined(warnings);
+    EXPECT_NE(warnings.front().find("allkeys-lru"), std::string::npos) << warnings.front();
+    EXPECT_NE(warnings.back().find("counted, not shown"), std::string::npos) << warnings.back();
+  }
+  // Another master's evicting policy is still shown.
+  masters[2].command({"CONFIG", "SET", "maxmemory-policy", "volatile-lru"});
+  masters[2].command({"CLIENT", "KILL", "TYPE", "normal"});
+  ASSERT_TRUE(eventually([&] {
+    const std::lock_guard lock(guard);
+    return warnings.size() > Diagnostics::kWarningsPerWindow;
+  })) << "no warning about master 2's evicting policy";
   const std::lock_guard lock(guard);
-  // Every flap changed the policy: kFlaps warnings were due, the limit's worth shown.
-  ASSERT_EQ(warnings.size(), Diagnostics::kWarningsPerWindow) << joined(warnings);
-  EXPECT_NE(warnings.front().find("allkeys-lru"), std::string::npos) << warnings.front();
-  EXPECT_NE(warnings.back().find("counted, not shown"), std::string::npos) << warnings.back();
+  EXPECT_NE(warnings.back().find("volatile-lru"), std::string::npos) << warnings.back();
+  EXPECT_NE(warnings.back().find(masters[2].uri().substr(8)), std::string::npos) << warnings.back();
 }
 
 }  // namespace

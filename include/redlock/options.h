@@ -138,8 +138,10 @@ struct ClientOptions {
   // Called (on the loop thread) with warnings: about the masters' configuration (e.g. a
   // maxmemory-policy that could evict lock keys or the fencing counter; once per master and
   // problem), TLS verification switched off, and each cleanup release a master refused.
-  // At most 10 in a minute per Client (a master that flaps would otherwise warn without end):
-  // the tenth says more are counted, not shown, and the next one shown says how many were not.
+  // At most 10 in a minute about each master (a master that flaps would otherwise warn without
+  // end), and 10 about the Client itself: the tenth says more are counted, not shown, the next
+  // one shown about that master says how many were not, and a problem held back is warned
+  // about again at a later reconnect.
   // Default: print to stderr. It must not destroy the Client.
   std::function<void(const std::string&)> on_warning;
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "detail/loop_time.h"
@@ -25,25 +26,33 @@ class Diagnostics {
   // bytes.
   [[nodiscard]] std::string shown(std::string_view text) const;
   // To ClientOptions::on_warning (its exceptions stop here), else to stderr; shown() first.
-  // At most kWarningsPerWindow in a kWarningWindow (which starts at the first warning after
-  // the last one ended): a master that flaps (a new incarnation, policy or ACL text at each
-  // reconnect) would otherwise warn without end. The last one shown in a window says that
-  // more are counted, not shown; the next one shown says how many were not. Loop thread only.
-  void warn(const std::string& message) const;
+  // `about` names the source (a master's name; empty: the Client itself). Each source may show
+  // at most kWarningsPerWindow in a kWarningWindow (which starts at its first warning after its
+  // last window ended): a master that flaps (a new incarnation, policy or ACL text at each
+  // reconnect) would otherwise warn without end, and with one budget for all it used up the
+  // others' (an evicting policy on another master was never shown). The last one shown in a
+  // window says that more are counted, not shown; the next one shown about that source says
+  // how many were not. Returns whether this one was shown: a caller that warns once per
+  // problem records the problem as warned only then, so it is warned again later. Loop thread
+  // only.
+  bool warn(const std::string& message, const std::string& about = {}) const;
 
   static constexpr std::size_t kMaxShownText = 1024;
   static constexpr std::uint32_t kWarningsPerWindow = 10;
   static constexpr std::chrono::seconds kWarningWindow{60};
 
  private:
+  struct Window {
+    std::uint64_t start_ns = 0;
+    std::uint32_t shown = 0;
+    std::uint64_t not_shown = 0;
+  };
   const std::vector<Endpoint> endpoints_;
   const std::function<void(const std::string&)> on_warning_;
   const Now now_;
-  // The rate limit's state, changed by warn() (const: every part of the Client that warns
-  // holds a const Diagnostics&). Only the loop thread warns.
-  mutable std::uint64_t window_start_ns_ = 0;
-  mutable std::uint32_t shown_in_window_ = 0;
-  mutable std::uint64_t not_shown_ = 0;
+  // The rate limit's state per source, changed by warn() (const: every part of the Client
+  // that warns holds a const Diagnostics&). At most one entry per master, plus the Client's.
+  mutable std::unordered_map<std::string, Window> windows_;
 };
 
 // A text from a master (a handshake error, an ACL denial) as kept on its connection, to be
