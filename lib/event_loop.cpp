@@ -121,6 +121,15 @@ void EventLoop::note_loop_thread() noexcept {
   loop_thread_.store(std::this_thread::get_id(), std::memory_order_release);
 }
 
+void EventLoop::end_forked_child() noexcept {
+  static constexpr char kWhy[] =
+      "redlock: a child of fork() made in a callback on a Client's loop thread returned into that loop, which "
+      "belongs to the parent process (its sockets too); the child exits with status 70. Exec or _exit in the "
+      "callback instead.\n";
+  (void)!::write(STDERR_FILENO, kWhy, sizeof kWhy - 1);
+  ::_exit(70);
+}
+
 bool EventLoop::post(Task task) {
   // Before the mutex: in a child of fork() another thread of the parent may have held it.
   if (forked()) return false;

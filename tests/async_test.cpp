@@ -141,6 +141,45 @@ TEST(AsyncTest, AChildOfForkLeavesTheParentsClientWorking) {
   EXPECT_TRUE(client->acquire("after-fork")) << "the parent's Client stopped working after its children";
 }
 
+// A fork() inside a callback on the Client's own loop thread, the child returning into the
+// loop: it ran the loop on the descriptors it shares with the parent (the epoll instance, the
+// wake-up eventfd, the sockets), and the parent's next blocking call never returned (review, 6
+// of 6). The child now ends with status 70 before the loop runs again.
+TEST(AsyncTest, AChildForkedInACallbackDoesNotRunTheParentsLoop) {
+  RedisServerGroup masters(3);
+  Client client(options_for(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  std::promise<pid_t> forked;
+  client.acquire_async("fork-in-callback", [&](Result r) {
+    if (r) client.release_async(*r.lock, [](Result) {});
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::alarm(10);  // a child still running the loop after 10 s dies of SIGALRM
+      return;       // back into the loop
+    }
+    forked.set_value(child);
+  });
+  const pid_t child = forked.get_future().get();
+  ASSERT_GT(child, 0) << std::strerror(errno);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 70)
+      << "child: " << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status)) : "killed by a signal");
+  // The parent's loop still hears its masters and its own wake-ups: async, with a limit.
+  for (int i = 0; i < 20; ++i) {
+    std::promise<Result> done;
+    client.acquire_async("after-fork", [&](Result r) {
+      if (r) client.release_async(*r.lock, [](Result) {});
+      done.set_value(std::move(r));
+    });
+    auto answer = done.get_future();
+    ASSERT_EQ(answer.wait_for(5s), std::future_status::ready)
+        << "round " << i << ": the parent's acquire never returned";
+    const Result result = answer.get();
+    EXPECT_TRUE(result) << "round " << i << ": " << format_result(result);
+  }
+}
+
 // A release_async just before ~Client on the same thread: its commands are written as the
 // connections close, so the keys go, but no reply is read. It said "quorum_unreachable: 0 of
 // 3 masters agreed" (review), as if the masters were down; it is cancelled, saying why.

@@ -59,13 +59,15 @@ class ClientImpl {
   Result wait_for(const std::function<void(Callback)>& start);
   // This process is a child of a fork() made after the Client was (EventLoop::forked).
   [[nodiscard]] bool forked() const noexcept { return loop_->forked(); }
-  // Loop thread: runs `user_code` (stop callbacks, on_lost) as a completion callback is run: a
-  // Client destroyed inside it on a caller's loop is shut down there and freed on the loop's
-  // next pass (Client::~Client), not under the loop code still on the stack.
+  // Loop thread: runs `user_code` (completion, status and stop callbacks, on_lost): a Client
+  // destroyed inside it on a caller's loop is shut down there and freed on the loop's next pass
+  // (Client::~Client), not under the loop code still on the stack. A child of a fork() made in
+  // it on the Client's own loop thread does not come back into that loop (EventLoop::forked).
   template <typename UserCode>
   void run_as_callback(UserCode&& user_code) {
     ++callbacks_running_;
     std::forward<UserCode>(user_code)();
+    if (loop_->forked() && loop_->owns_thread()) loop_->end_forked_child();
     --callbacks_running_;
   }
   bool wait_connected(std::size_t count, Milliseconds timeout);

@@ -47,6 +47,12 @@ class EventLoop {
   // This process is a child of a fork() made after the loop was (detail/fork_generation.h):
   // post() refuses everything, and the loop must be left alone (its owner leaks it).
   [[nodiscard]] bool forked() const noexcept { return fork_generation() != generation_; }
+  // A child of fork() made on this loop's own thread (in a callback) is about to return into
+  // the loop, whose epoll instance, eventfd and sockets it shares with the parent: running it
+  // would read the parent's replies and write into its streams (a review: the parent then hung
+  // for good). Says so on stderr and ends the child with _exit(70) (no atexit handlers: they
+  // could flush the parent's buffered output again). A child must exec or _exit in the callback.
+  [[noreturn]] static void end_forked_child() noexcept;
 
   // Any thread. Runs `task` on the loop thread, in posting order. Returns false (and drops
   // the task) once close() has begun, and in a child of fork() (forked()).
