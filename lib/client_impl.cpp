@@ -18,6 +18,24 @@
 
 namespace redlock::detail {
 
+namespace {
+
+// The user's on_warning, and after it returns the check every callback on the loop thread
+// gets (ClientImpl::end_if_forked_child): a child forked in it must not run the parent's loop.
+std::function<void(const std::string&)> on_warning_for(std::function<void(const std::string&)> user,
+                                                       const ClientImpl* client) {
+  if (!user) return nullptr;
+  return [user = std::move(user), client](const std::string& text) {
+    struct AfterUserCode {
+      const ClientImpl* client;
+      ~AfterUserCode() { client->end_if_forked_child(); }
+    } after{client};
+    user(text);
+  };
+}
+
+}  // namespace
+
 using std::chrono::microseconds;
 
 void call_user(const Callback& done, Result&& result) noexcept {
@@ -71,12 +89,13 @@ ClientImpl::ClientImpl(ClientOptions options)
       endpoints_(prepare(options_)),
       tls_(make_tls_context(options_, endpoints_)),
       clock_(options_.clock ? options_.clock : std::make_shared<SteadyClock>()),
-      diagnostics_(endpoints_, options_.on_warning),
+      diagnostics_(endpoints_, on_warning_for(options_.on_warning, this)),
       commands_(options_.key_prefix, options_.fence_key),
       loop_(std::make_unique<EventLoop>(options_.loop)),
       deadlines_(*loop_),
       masters_(*loop_, options_, endpoints_, commands_, diagnostics_, tls_.get()),
-      round_context_{*loop_, masters_, commands_, diagnostics_, *clock_, options_.command_timeout, deadlines_, command_buffer_},
+      round_context_{*loop_,     masters_,       commands_, diagnostics_, *clock_, options_.command_timeout,
+                     deadlines_, command_buffer_},
       watch_(*loop_, options_, endpoints_, tls_.get(), masters_,
              [this](const std::string& key, bool lost) { on_release_announced(key, lost); }) {
   // Connections are created on the loop thread: they register with the loop, which is
@@ -834,7 +853,7 @@ void ClientImpl::warn_failed_release(const Operation& op, const Result& result) 
     diagnostics_.warn("release of key '" + op.key + "' after a failed acquire was refused by master " +
                           master.endpoint + ": " + master.error + "; the key stays there until its ttl (" +
                           std::to_string(ttl.count()) + " ms)",
-                      master.endpoint);
+                      master.endpoint + " (refused cleanup releases)");
   }
 }
 

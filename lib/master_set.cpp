@@ -126,7 +126,7 @@ void MasterSet::on_ready(std::uint32_t index) {
     warned_[index].twin =
         diagnostics_.warn("masters " + names_[other] + " and " + names_[index] + " are the same server (run_id " +
                               incarnation.run_id + "): they give one vote between them; list every server once",
-                          names_[index]);
+                          names_[index] + " (same server)");
   }
   // Again only when the policy changes (every reconnect reads it), not at every reconnect.
   std::string risk = eviction_risk(info.maxmemory_policy, options_.fence_key);
@@ -135,7 +135,7 @@ void MasterSet::on_ready(std::uint32_t index) {
   if (risk.empty()) {
     warned_[index].eviction.clear();
   } else if (risk != warned_[index].eviction &&
-             diagnostics_.warn("master " + names_[index] + ": " + risk, names_[index])) {
+             diagnostics_.warn("master " + names_[index] + ": " + risk, names_[index] + " (eviction)")) {
     warned_[index].eviction = std::move(risk);
   }
   arm_durability_read(index);
@@ -208,20 +208,20 @@ void MasterSet::warn_permissions(std::uint32_t index) {
                                   ": the lock user may not run the lock's commands there, so it is sent no lock " +
                                   "(not_permitted) until a reconnect proves otherwise: " + info.not_permitted +
                                   " (docs/permissions.md lists the ACL the library needs)",
-                              names_[index]);
+                              names_[index] + " (permissions)");
   } else if (!info.fence_not_permitted.empty()) {
     shown = diagnostics_.warn("master " + names_[index] +
                                   ": the lock user may not touch the fencing counter there, so fenced acquires " +
                                   "are not sent to it (not_permitted): " + info.fence_not_permitted +
                                   " (docs/permissions.md lists the ACL the library needs)",
-                              names_[index]);
+                              names_[index] + " (permissions)");
   }
   if (!notify.empty()) {
     shown = diagnostics_.warn("master " + names_[index] +
                                   ": the lock user may not publish or subscribe to release notifications there, so "
                                   "waiters poll it (retry_delay) instead of hearing releases: " +
                                   notify + " (docs/permissions.md lists the ACL the library needs)",
-                              names_[index]) &&
+                              names_[index] + " (permissions)") &&
             shown;
   }
   if (shown) warned = problem;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -178,6 +179,37 @@ TEST(AsyncTest, AChildForkedInACallbackDoesNotRunTheParentsLoop) {
     const Result result = answer.get();
     EXPECT_TRUE(result) << "round " << i << ": " << format_result(result);
   }
+}
+
+// The same from on_warning, which the library calls on the loop thread too (review: the child
+// still ran the loop, and the parent's acquires hung or failed, 4 of 4).
+TEST(AsyncTest, AChildForkedInOnWarningDoesNotRunTheParentsLoop) {
+  RedisServerGroup masters(3);
+  masters[1].command({"CONFIG", "SET", "maxmemory-policy", "allkeys-lru"});  // a warning at the handshake
+  auto options = options_for(masters);
+  std::promise<pid_t> forked;
+  std::atomic<bool> once{false};
+  options.on_warning = [&](const std::string&) {
+    if (once.exchange(true)) return;
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::alarm(10);
+      return;  // back into the loop
+    }
+    forked.set_value(child);
+  };
+  Client client(options);
+  const pid_t child = forked.get_future().get();
+  ASSERT_GT(child, 0) << std::strerror(errno);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 70)
+      << "child: " << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status)) : "killed by a signal");
+  std::promise<Result> done;
+  client.acquire_async("after-fork-in-warning", [&](Result r) { done.set_value(std::move(r)); });
+  auto answer = done.get_future();
+  ASSERT_EQ(answer.wait_for(5s), std::future_status::ready) << "the parent's acquire never returned";
+  EXPECT_TRUE(answer.get());
 }
 
 // A release_async just before ~Client on the same thread: its commands are written as the

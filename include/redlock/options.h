@@ -138,10 +138,11 @@ struct ClientOptions {
   // Called (on the loop thread) with warnings: about the masters' configuration (e.g. a
   // maxmemory-policy that could evict lock keys or the fencing counter; once per master and
   // problem), TLS verification switched off, and each cleanup release a master refused.
-  // At most 10 in a minute about each master (a master that flaps would otherwise warn without
-  // end), and 10 about the Client itself: the tenth says more are counted, not shown, the next
-  // one shown about that master says how many were not, and a problem held back is warned
-  // about again at a later reconnect.
+  // At most 10 in a minute of each kind about each master (eviction policy, permissions, same
+  // server, refused cleanup releases; a master that flaps would otherwise warn without end),
+  // and 10 about the Client itself: the tenth says more are counted, not shown, the next one
+  // shown of that kind about that master says how many were not, and a problem held back is
+  // warned about again at a later reconnect.
   // Default: print to stderr. It must not destroy the Client.
   std::function<void(const std::string&)> on_warning;
 

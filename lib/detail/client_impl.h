@@ -67,8 +67,13 @@ class ClientImpl {
   void run_as_callback(UserCode&& user_code) {
     ++callbacks_running_;
     std::forward<UserCode>(user_code)();
-    if (loop_->forked() && loop_->owns_thread()) loop_->end_forked_child();
+    end_if_forked_child();
     --callbacks_running_;
+  }
+  // Loop thread, after user code returned (callbacks, on_warning): a child of a fork() made in
+  // it on the Client's own loop thread ends here (EventLoop::end_forked_child).
+  void end_if_forked_child() const noexcept {
+    if (loop_->forked() && loop_->owns_thread()) EventLoop::end_forked_child();
   }
   bool wait_connected(std::size_t count, Milliseconds timeout);
   // Client::status (lib/status.cpp): throws UsageError for a bad resource name.

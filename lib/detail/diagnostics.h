@@ -26,7 +26,8 @@ class Diagnostics {
   // bytes.
   [[nodiscard]] std::string shown(std::string_view text) const;
   // To ClientOptions::on_warning (its exceptions stop here), else to stderr; shown() first.
-  // `about` names the source (a master's name; empty: the Client itself). Each source may show
+  // `about` names the source (a master's name and the kind of problem, "m1:6379 (eviction)";
+  // empty: the Client itself; at most a few kinds per master). Each source may show
   // at most kWarningsPerWindow in a kWarningWindow (which starts at its first warning after its
   // last window ended): a master that flaps (a new incarnation, policy or ACL text at each
   // reconnect) would otherwise warn without end, and with one budget for all it used up the
@@ -51,7 +52,8 @@ class Diagnostics {
   const std::function<void(const std::string&)> on_warning_;
   const Now now_;
   // The rate limit's state per source, changed by warn() (const: every part of the Client
-  // that warns holds a const Diagnostics&). At most one entry per master, plus the Client's.
+  // that warns holds a const Diagnostics&). At most one entry per master and kind, plus the
+  // Client's.
   mutable std::unordered_map<std::string, Window> windows_;
 };
 
