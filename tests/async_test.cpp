@@ -96,6 +96,14 @@ TEST(AsyncTest, WaitConnectedWhileTheClientIsDestroyedAnswersFalse) {
   }
 }
 
+// Waits for `child` and says how it ended: "exit N" or "killed by signal N".
+std::string how_it_ended(pid_t child) {
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child) return std::string("waitpid: ") + std::strerror(errno);
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "exit " + std::to_string(WEXITSTATUS(status));
+}
+
 // fork() with a live Client: the child gets a copy of its memory but not its loop thread, and
 // shares the parent's epoll instance. A child that destroyed its copy took the parent's sockets
 // and wake-up eventfd out of that instance: the parent's next call never returned (review).
@@ -114,17 +122,14 @@ TEST(AsyncTest, AChildOfForkLeavesTheParentsClientWorking) {
       ::alarm(10);  // a hang in here ends the child with SIGALRM
       ::_exit(in_child() ? 0 : 1);
     }
-    int status = 0;
-    if (::waitpid(child, &status, 0) != child) return "waitpid failed";
-    if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
-    return WEXITSTATUS(status) == 0 ? "" : "exit " + std::to_string(WEXITSTATUS(status));
+    return how_it_ended(child);
   };
   // A child that only lets its copy be destroyed (as `exit` from main would).
   EXPECT_EQ(in_a_child([&] {
               client.reset();
               return true;
             }),
-            "");
+            "exit 0");
   // The parent's Client still hears its masters: async, so a hang fails here, not at ctest's limit.
   std::promise<Result> released;
   client->release_async(*held.lock, [&](Result r) { released.set_value(std::move(r)); });
@@ -138,7 +143,7 @@ TEST(AsyncTest, AChildOfForkLeavesTheParentsClientWorking) {
               const Result in_child = client->acquire("forked-child");
               return in_child.outcome == Outcome::cancelled && in_child.message.find("fork") != std::string::npos;
             }),
-            "");
+            "exit 0");
   EXPECT_TRUE(client->acquire("after-fork")) << "the parent's Client stopped working after its children";
 }
 
@@ -162,10 +167,7 @@ TEST(AsyncTest, AChildForkedInACallbackDoesNotRunTheParentsLoop) {
   });
   const pid_t child = forked.get_future().get();
   ASSERT_GT(child, 0) << std::strerror(errno);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 70)
-      << "child: " << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status)) : "killed by a signal");
+  EXPECT_EQ(how_it_ended(child), "exit 70");
   // The parent's loop still hears its masters and its own wake-ups: async, with a limit.
   for (int i = 0; i < 20; ++i) {
     std::promise<Result> done;
@@ -201,10 +203,7 @@ TEST(AsyncTest, AChildForkedInOnWarningDoesNotRunTheParentsLoop) {
   Client client(options);
   const pid_t child = forked.get_future().get();
   ASSERT_GT(child, 0) << std::strerror(errno);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 70)
-      << "child: " << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status)) : "killed by a signal");
+  EXPECT_EQ(how_it_ended(child), "exit 70");
   std::promise<Result> done;
   client.acquire_async("after-fork-in-warning", [&](Result r) { done.set_value(std::move(r)); });
   auto answer = done.get_future();

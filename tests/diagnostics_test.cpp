@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -91,49 +92,67 @@ TEST(DiagnosticsTest, OneSourceUsingUpItsLimitDoesNotSilenceAnother) {
   EXPECT_EQ(seen.back().rfind("(1 warning about a:1 was not shown", 0), 0u) << seen.back();
 }
 
+// The warnings a Client gave (on_warning, on its loop thread), read from the test's thread.
+class WarningLog {
+ public:
+  std::function<void(const std::string&)> hook() {
+    return [this](const std::string& text) {
+      const std::lock_guard lock(mutex_);
+      lines_.push_back(text);
+    };
+  }
+  std::vector<std::string> lines() const {
+    const std::lock_guard lock(mutex_);
+    return lines_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::string> lines_;
+};
+
+// Sets `master`'s maxmemory-policy to another evicting one `flaps` times, each followed by
+// `kill` (a CLIENT KILL of the Client's connection) and by an acquire that master voted in,
+// which shows the new connection's handshake has read the policy.
+void flap_eviction_policy(Client& client, const RedisServer& master, std::size_t index,
+                          const std::vector<std::string>& kill, std::uint32_t flaps) {
+  for (std::uint32_t i = 0; i < flaps; ++i) {
+    master.command({"CONFIG", "SET", "maxmemory-policy", i % 2 == 0 ? "allkeys-lru" : "allkeys-lfu"});
+    master.command(kill);
+    const std::string resource = "flap-" + std::to_string(i);
+    ASSERT_TRUE(eventually([&] {
+      const Result r = client.acquire(resource);
+      if (r.lock) client.release(*r.lock);
+      return r.masters[index].status == MasterStatus::ok;
+    })) << "flap "
+        << i;
+  }
+}
+
 // A master whose eviction policy changes at every reconnect (as a flapping or hostile one's
 // may) warned once per reconnect, without end. Now the Client shows at most the limit.
 TEST(DiagnosticsTest, AMasterFlappingItsPolicyDoesNotWarnWithoutEnd) {
   RedisServerGroup masters(3);
   auto options = options_for(masters);
-  std::mutex guard;
-  std::vector<std::string> warnings;
-  options.on_warning = [&](const std::string& text) {
-    const std::lock_guard lock(guard);
-    warnings.push_back(text);
-  };
+  WarningLog log;
+  options.on_warning = log.hook();
   Client client(options);
   ASSERT_TRUE(client.wait_connected(3, 5s));
-  constexpr std::uint32_t kFlaps = Diagnostics::kWarningsPerWindow + 5;
-  for (std::uint32_t i = 0; i < kFlaps; ++i) {
-    masters[1].command({"CONFIG", "SET", "maxmemory-policy", i % 2 == 0 ? "allkeys-lru" : "allkeys-lfu"});
-    masters[1].command({"CLIENT", "KILL", "TYPE", "normal"});
-    // Master 1 voting again shows the new connection's handshake has read the policy.
-    const std::string resource = "flap-" + std::to_string(i);
-    ASSERT_TRUE(eventually([&] {
-      const Result r = client.acquire(resource);
-      if (r.lock) client.release(*r.lock);
-      return r.masters[1].status == MasterStatus::ok;
-    })) << "flap "
-        << i;
-  }
-  {
-    const std::lock_guard lock(guard);
-    // Every flap changed the policy: kFlaps warnings were due, the limit's worth shown.
-    ASSERT_EQ(warnings.size(), Diagnostics::kWarningsPerWindow) << joined(warnings);
-    EXPECT_NE(warnings.front().find("allkeys-lru"), std::string::npos) << warnings.front();
-    EXPECT_NE(warnings.back().find("counted, not shown"), std::string::npos) << warnings.back();
-  }
+  // Every flap changed the policy: the limit + 5 warnings were due, the limit's worth shown.
+  flap_eviction_policy(client, masters[1], 1, {"CLIENT", "KILL", "TYPE", "normal"},
+                       Diagnostics::kWarningsPerWindow + 5);
+  const auto flapped = log.lines();
+  ASSERT_EQ(flapped.size(), Diagnostics::kWarningsPerWindow) << joined(flapped);
+  EXPECT_NE(flapped.front().find("allkeys-lru"), std::string::npos) << flapped.front();
+  EXPECT_NE(flapped.back().find("counted, not shown"), std::string::npos) << flapped.back();
   // Another master's evicting policy is still shown.
   masters[2].command({"CONFIG", "SET", "maxmemory-policy", "volatile-lru"});
   masters[2].command({"CLIENT", "KILL", "TYPE", "normal"});
-  ASSERT_TRUE(eventually([&] {
-    const std::lock_guard lock(guard);
-    return warnings.size() > Diagnostics::kWarningsPerWindow;
-  })) << "no warning about master 2's evicting policy";
-  const std::lock_guard lock(guard);
-  EXPECT_NE(warnings.back().find("volatile-lru"), std::string::npos) << warnings.back();
-  EXPECT_NE(warnings.back().find(masters[2].uri().substr(8)), std::string::npos) << warnings.back();
+  ASSERT_TRUE(eventually([&] { return log.lines().size() > Diagnostics::kWarningsPerWindow; }))
+      << "no warning about master 2's evicting policy";
+  const std::string last = log.lines().back();
+  EXPECT_NE(last.find("volatile-lru"), std::string::npos) << last;
+  EXPECT_NE(last.find(masters[2].uri().substr(8)), std::string::npos) << last;
 }
 
 // Per kind too: a master whose notification permissions flapped 10 times used up its budget,
@@ -145,37 +164,19 @@ TEST(DiagnosticsTest, OneKindOfWarningUsingUpItsLimitDoesNotSilenceAnotherOnTheS
   std::vector<std::string> uris = masters.uris();
   uris[1] = with_auth(uris[1], "flapper:pw-flapper");
   auto options = options_for(uris);
-  std::mutex guard;
-  std::vector<std::string> warnings;
-  options.on_warning = [&](const std::string& text) {
-    const std::lock_guard lock(guard);
-    warnings.push_back(text);
-  };
+  WarningLog log;
+  options.on_warning = log.hook();
   Client client(options);
   ASSERT_TRUE(client.wait_connected(3, 5s));
-  for (std::uint32_t i = 0; i < Diagnostics::kWarningsPerWindow + 2; ++i) {
-    masters[1].command({"CONFIG", "SET", "maxmemory-policy", i % 2 == 0 ? "allkeys-lru" : "allkeys-lfu"});
-    masters[1].command({"CLIENT", "KILL", "USER", "flapper"});
-    const std::string resource = "kind-flap-" + std::to_string(i);
-    ASSERT_TRUE(eventually([&] {
-      const Result r = client.acquire(resource);
-      if (r.lock) client.release(*r.lock);
-      return r.masters[1].status == MasterStatus::ok;
-    })) << "flap "
-        << i;
-  }
-  {
-    const std::lock_guard lock(guard);
-    ASSERT_EQ(warnings.size(), Diagnostics::kWarningsPerWindow) << joined(warnings);
-  }
+  flap_eviction_policy(client, masters[1], 1, {"CLIENT", "KILL", "USER", "flapper"},
+                       Diagnostics::kWarningsPerWindow + 2);
+  ASSERT_EQ(log.lines().size(), Diagnostics::kWarningsPerWindow) << joined(log.lines());
   masters[1].command({"ACL", "SETUSER", "flapper", "resetchannels"});
   masters[1].command({"CLIENT", "KILL", "USER", "flapper"});
-  ASSERT_TRUE(eventually([&] {
-    const std::lock_guard lock(guard);
-    return warnings.size() > Diagnostics::kWarningsPerWindow;
-  })) << "no warning about master 1's notifications after its eviction warnings used their budget";
-  const std::lock_guard lock(guard);
-  EXPECT_NE(warnings.back().find("publish or subscribe"), std::string::npos) << warnings.back();
+  ASSERT_TRUE(eventually([&] { return log.lines().size() > Diagnostics::kWarningsPerWindow; }))
+      << "no warning about master 1's notifications after its eviction warnings used their budget";
+  const std::string last = log.lines().back();
+  EXPECT_NE(last.find("publish or subscribe"), std::string::npos) << last;
 }
 
 }  // namespace
