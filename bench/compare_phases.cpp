@@ -2,7 +2,6 @@
 // The measurements of redlock_compare. Each phase builds its own Client(s) on the masters
 // the run started, measures, and adds named figures (one value per repetition) plus one JSON
 // record. Public API only: redlock::Client and redlock::support::RedisServer.
-#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -525,18 +524,12 @@ void phase_floor_redis_benchmark(Run& run, int rep) {
                                          std::to_string(master.port()), "-c", "1", "-n",
                                          std::to_string(run.config.floor_requests), "-r", "100000000", "--csv",
                                          "SET", "bench:rb:__rand_int__", kTokenLike, "NX", "PX", "10000"};
-  // Its CPU (user+sys, counted once run_capture has reaped it; the masters, also children,
-  // are still running and not in it): a C client's cost of one round trip on loopback, the
-  // floor under any client's cost per command, ours included.
-  const auto children_cpu_s = [] {
-    rusage usage{};
-    ::getrusage(RUSAGE_CHILDREN, &usage);
-    const auto seconds = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) / 1e6; };
-    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-  };
-  const double cpu0 = children_cpu_s();
+  // Its CPU (user+sys, counted once run_capture has reaped it): a C client's cost of one round
+  // trip on loopback, the floor under any client's cost per command, ours included.
+  const double cpu0 = reaped_children_cpu().total();
   const auto [output, ok] = run_capture(argv);
-  const double cpu_us_per_request = (children_cpu_s() - cpu0) * 1e6 / static_cast<double>(run.config.floor_requests);
+  const double cpu_us_per_request =
+      (reaped_children_cpu().total() - cpu0) * 1e6 / static_cast<double>(run.config.floor_requests);
   const auto figures = parse_redis_benchmark_csv(output);
   if (!ok || !figures) {
     run.note("redis-benchmark -c 1 failed or printed nothing parseable; floor from redis-benchmark skipped");
@@ -673,6 +666,9 @@ void phase_ceiling(Run& run, std::size_t n, int rep) {
   // Pipelined SETs (-P 16, 4 connections) against each of the n masters at once, one
   // redis-benchmark process per master, all started together.
   const std::uint64_t per_master = run.config.ceiling_requests;
+  // Their CPU, once reaped: a C client's cost per pipelined request, the floor under the
+  // async client's cost per command with many in flight (ours batches as -P 16 does).
+  const double cpu0 = reaped_children_cpu().total();
   std::vector<Child> children;
   for (std::size_t i = 0; i < n; ++i) {
     const auto& master = *run.masters[i];
@@ -692,6 +688,8 @@ void phase_ceiling(Run& run, std::size_t n, int rep) {
       all_ok = false;
     }
   }
+  const double client_cpu_us_per_request =
+      (reaped_children_cpu().total() - cpu0) * 1e6 / static_cast<double>(per_master * n);
   flush_masters(run);
   if (!all_ok || rps.empty()) {
     run.note("ceiling unavailable for N=" + std::to_string(n) + ": a redis-benchmark run failed");
@@ -705,9 +703,18 @@ void phase_ceiling(Run& run, std::size_t n, int rep) {
   for (const double r : rps) sum += r;
   const double ceiling = static_cast<double>(per_master * n) / longest;
   run.add("ceil." + tag(n) + ".sets_per_s", ceiling);
-  json record = {{"type", "ceiling"}, {"n", n}, {"rep", rep}, {"command", "SET key token PX 10000"},
-                 {"pipeline", 16}, {"connections_per_master", 4}, {"requests_per_master", per_master},
-                 {"per_master_rps", rps}, {"sum_of_rps", sum}, {"sets_per_s", ceiling}};
+  run.add("ceil." + tag(n) + ".client_cpu_us", client_cpu_us_per_request);
+  json record = {{"type", "ceiling"},
+                 {"n", n},
+                 {"rep", rep},
+                 {"command", "SET key token PX 10000"},
+                 {"pipeline", 16},
+                 {"connections_per_master", 4},
+                 {"requests_per_master", per_master},
+                 {"per_master_rps", rps},
+                 {"sum_of_rps", sum},
+                 {"sets_per_s", ceiling},
+                 {"redis_benchmark_cpu_us_per_request", client_cpu_us_per_request}};
   char line[200];
   std::snprintf(line, sizeof(line), "ceiling N=%zu: %.0f pipelined SETs/s over the masters", n, ceiling);
   record["progress"] = line;

@@ -165,6 +165,11 @@ std::vector<Target> targets(const Run& run) {
                  figure(run, "cost.async64.allocs"), "<=", 4, "every malloc in the process"});
   out.push_back({"CPU per async cycle, 64 in flight, N=5 (us)", "async64_cycle_cpu_us",
                  figure(run, "cost.async64.cpu_us"), "<=", 5, ""});
+  out.push_back({"CPU per async cycle x64 / (10 x redis-benchmark -P16 CPU per request)",
+                 "async64_cycle_over_c_floor_cpu",
+                 ratio(run, "cost.async64.cpu_us", "ceil.n5.client_cpu_us",
+                       [](double cycle, double request) { return cycle / (10.0 * request); }),
+                 "~", 0, "a cycle is 10 commands at N=5; a pipelining C client's own cost"});
   for (const ZoneProfile& profile : zone_profiles()) {
     for (const std::size_t n : {std::size_t{3}, std::size_t{5}}) {
       const std::string base = "zone." + profile.id + ".";

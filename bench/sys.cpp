@@ -143,14 +143,19 @@ std::vector<CpuStat> cpu_stats() {
 
 // ------------------------------------------------------------------ resource usage
 
-CpuTimes process_cpu() {
+namespace {
+CpuTimes cpu_of(int who) {
   rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
+  ::getrusage(who, &usage);
   const auto seconds = [](const timeval& tv) {
     return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) / 1e6;
   };
   return {seconds(usage.ru_utime), seconds(usage.ru_stime)};
 }
+}  // namespace
+
+CpuTimes process_cpu() { return cpu_of(RUSAGE_SELF); }
+CpuTimes reaped_children_cpu() { return cpu_of(RUSAGE_CHILDREN); }
 
 double process_cpu_seconds() { return process_cpu().total(); }
 

@@ -75,6 +75,9 @@ struct CpuTimes {
   [[nodiscard]] double total() const { return user + system; }
 };
 CpuTimes process_cpu();        // all threads of this process (getrusage RUSAGE_SELF)
+// Children that have ended and been waited for (getrusage RUSAGE_CHILDREN): a redis-benchmark
+// run once reaped; not the masters, which are children too but still running.
+CpuTimes reaped_children_cpu();
 // What the kernel did for this process (all threads): context switches (getrusage
 // ru_nvcsw + ru_nivcsw: each is one sleep or preemption) and read- and write-family system
 // calls (/proc/self/io syscr, syscw; epoll_wait and futex are not in them).
