@@ -165,6 +165,10 @@ redlock::Result acquire_interruptibly(redlock::Client& client, const Settings& s
       }
       for (auto& mail : mailbox->take()) result = std::move(mail);
     }
+    // As the library's blocking calls report it: what is left now, not at the decision.
+    if (result->lock && result->validity > std::chrono::microseconds::zero()) {
+      result->validity = std::min(result->validity, client.remaining(*result->lock));
+    }
     return std::move(*result);
   };
   const auto start = client.now();

@@ -82,13 +82,7 @@ std::chrono::microseconds Client::drift(Milliseconds ttl) const noexcept { retur
 
 std::chrono::steady_clock::time_point Client::now() const { return impl_->clock().now(); }
 
-std::chrono::microseconds Client::remaining(const Lock& lock) const {
-  if (impl_->given_up(lock)) return std::chrono::microseconds{0};
-  const auto deadline = impl_->deadline_of(lock);
-  const auto now = impl_->clock().now();
-  if (deadline <= now) return std::chrono::microseconds{0};
-  return std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
-}
+std::chrono::microseconds Client::remaining(const Lock& lock) const { return impl_->remaining(lock); }
 
 namespace detail {
 
@@ -131,6 +125,14 @@ std::shared_ptr<Operation> release_operation(const ClientImpl& client, Lock lock
 bool ClientImpl::granted_here(const Lock& lock) const noexcept {
   const auto& state = LockAccess::state(lock);
   return state && state->granted_by == id_ && state->owner == owner_of(lock.key, lock.token);
+}
+
+std::chrono::microseconds ClientImpl::remaining(const Lock& lock) const {
+  if (given_up(lock)) return std::chrono::microseconds{0};
+  const auto deadline = deadline_of(lock);
+  const auto now = clock().now();
+  if (deadline <= now) return std::chrono::microseconds{0};
+  return std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
 }
 
 bool ClientImpl::given_up(const Lock& lock) const noexcept {

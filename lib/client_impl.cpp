@@ -940,7 +940,13 @@ Result ClientImpl::wait_for(const std::function<void(Callback)>& start) {
   start([answer](Result result) { answer->slot->deliver(std::move(result)); });
   answer.reset();
   uv_sem_wait(&slot->done);
-  return std::move(slot->result);
+  // The validity was reckoned on the loop thread at the decision; this thread may have woken
+  // long after it. What is left now is what the caller may count on.
+  Result result = std::move(slot->result);
+  if (result.lock && result.validity > std::chrono::microseconds::zero()) {
+    result.validity = std::min(result.validity, remaining(*result.lock));
+  }
+  return result;
 }
 
 bool ClientImpl::wait_connected(std::size_t count, Milliseconds timeout) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 
 #include "test_util.h"
 
@@ -24,6 +25,21 @@ class ScriptedClock final : public Clock {
   const time_point start_ = std::chrono::steady_clock::now() + std::chrono::hours(24);
   const std::chrono::microseconds elapsed_;
   mutable std::atomic<int> reads_{0};
+};
+
+// The steady clock, read `late` further on by one thread: as if that thread, a blocking
+// call's caller, woke `late` after the loop thread decided.
+class LateCallerClock final : public Clock {
+ public:
+  LateCallerClock(std::thread::id caller, std::chrono::milliseconds late) : caller_(caller), late_(late) {}
+  time_point now() const override {
+    const auto now = std::chrono::steady_clock::now();
+    return std::this_thread::get_id() == caller_ ? now + late_ : now;
+  }
+
+ private:
+  const std::thread::id caller_;
+  const std::chrono::milliseconds late_;
 };
 
 class ValidityTest : public ::testing::Test {
@@ -103,6 +119,36 @@ TEST_F(ValidityTest, ExtendRecomputesValidityFromItsOwnStart) {
   const Result extended = scripted.extend(lock, 5000ms);
   ASSERT_EQ(extended.outcome, Outcome::extended) << format_result(extended);
   EXPECT_EQ(extended.validity, std::chrono::microseconds(5'000'000 - 200'000 - 52'000));
+}
+
+// A blocking call hands its Result from the loop thread to the caller's, which may wake long
+// after the decision: the validity it reports is what is left when it returns, so that the
+// time the caller's thread took to wake is never counted as held time.
+TEST_F(ValidityTest, ABlockingCallReportsTheValidityLeftWhenItReturns) {
+  auto options = options_for(masters_);
+  options.ttl = 1000ms;
+  options.drift_factor = 0.01;  // drift 12 ms
+  options.drift_constant = 2ms;
+  options.clock = std::make_shared<LateCallerClock>(std::this_thread::get_id(), 400ms);
+  Client client(options);
+  const Result acquired = client.acquire("late-wake");
+  ASSERT_EQ(acquired.outcome, Outcome::acquired) << format_result(acquired);
+  EXPECT_LE(acquired.validity, 1000ms - 12ms - 400ms);
+  EXPECT_GT(acquired.validity, 0ms);
+  const Result extended = client.extend(*acquired.lock);
+  ASSERT_EQ(extended.outcome, Outcome::extended) << format_result(extended);
+  EXPECT_LE(extended.validity, 1000ms - 12ms - 400ms);
+  EXPECT_GT(extended.validity, 0ms);
+  EXPECT_TRUE(client.release(*extended.lock));
+
+  // Woken after the deadline: nothing is left to report.
+  options.clock = std::make_shared<LateCallerClock>(std::this_thread::get_id(), 2000ms);
+  Client later(options);
+  const Result gone = later.acquire("late-wake-gone");
+  ASSERT_EQ(gone.outcome, Outcome::acquired) << format_result(gone);
+  EXPECT_EQ(gone.validity, 0ms);
+  EXPECT_EQ(later.remaining(*gone.lock), 0ms);
+  EXPECT_TRUE(later.release(*gone.lock));
 }
 
 }  // namespace

@@ -20,7 +20,7 @@
 namespace redlock {
 
 enum class Outcome : std::uint8_t {
-  acquired,            // acquire: a quorum granted and validity is positive
+  acquired,            // acquire: a quorum granted and validity was positive at the decision
   extended,            // extend: a quorum extended; the Lock carries the new deadline
   released,            // release: a quorum no longer holds our token
   taken,               // acquire: enough masters hold another owner's token
@@ -63,7 +63,9 @@ struct Result {
   Outcome outcome = Outcome::cancelled;
   // acquire/extend success: the lock (with its new deadline after an extend).
   std::optional<Lock> lock;
-  // Remaining validity when the outcome was decided (deadline - now), on success.
+  // Remaining validity (deadline - now), on success: for the *_async calls when the outcome was
+  // decided (their callback runs right after), for the blocking calls when they return (the
+  // time the caller's thread took to wake is taken off; 0 if it woke after the deadline).
   std::chrono::microseconds validity{0};
   // One entry per master, in configuration order, for the last round that was sent.
   std::vector<MasterResult> masters;

@@ -97,6 +97,8 @@ class ClientImpl {
   // The holder gave `lock` up (a release of it was submitted here) or the restart guard knows
   // it lost: its remaining() is 0 and it is never extended. Any thread.
   [[nodiscard]] bool given_up(const Lock& lock) const noexcept;
+  // Client::remaining: deadline - now on this Client's clock, 0 once given up or past.
+  [[nodiscard]] std::chrono::microseconds remaining(const Lock& lock) const;
   // The deadline to believe for `lock`: for a Lock granted here, the earlier of its own and the
   // one this Client granted (LockState::deadline: an edited copy is not believed); for another
   // (its validity is unknown here) time_point::min(): nothing may rely on it.
