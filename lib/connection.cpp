@@ -244,7 +244,9 @@ void Connection::start_handshake() {
     queue.push_back({nullptr, tag, now, kind});
   };
   const Endpoint& ep = options_.endpoint;
-  if (!ep.password.empty()) {
+  // A user named with an empty password ("redis://user:@host") is logged in too, as redis-cli
+  // does: without AUTH the connection would stay the default user's.
+  if (!ep.password.empty() || !ep.user.empty()) {
     step(ep.user.empty() ? encode_command({"AUTH", ep.password}) : encode_command({"AUTH", ep.user, ep.password}),
          Step::must_succeed);
   }

@@ -213,6 +213,27 @@ TEST(AclTest, TheDocumentedAclRunsEveryPath) {
 
 // Without INFO the restart guard cannot tell a master's age: it keeps its own clear reason
 // (not_counted), as before the permission check. With the guard off INFO is not needed.
+// "redis://user:@host" names a user with an empty password. It must log in as that user
+// (AUTH user "", as redis-cli does): skipped, the connection stays the default user's, with
+// every right the least-privilege user was made to leave out.
+TEST(AclTest, AUserWithAnEmptyPasswordIsLoggedInNotLeftAsTheDefaultUser) {
+  Masters masters(3);
+  std::vector<std::string> uris;
+  for (std::size_t i = 0; i < 3; ++i) {
+    masters.set_user(i, {"ACL", "SETUSER", "nopw", "reset", "on", "nopass", "~redlock:*", "-@all", "+set"});
+    uris.push_back(with_auth(masters.group.uris()[i], "nopw:"));
+  }
+  auto options = options_for(uris);
+  options.on_warning = [](const std::string&) {};
+  Client client(options);
+  const Result result = client.acquire("empty-password");
+  EXPECT_FALSE(result.ok()) << format_result(result);
+  // Decided on the first two refusals: the third row may still be pending.
+  EXPECT_GE(result.count(MasterStatus::not_permitted), 2u) << format_result(result);
+  EXPECT_EQ(result.count(MasterStatus::ok), 0u) << format_result(result);
+  EXPECT_EQ(with_key(masters.group, "redlock:empty-password"), 0u);
+}
+
 TEST(AclTest, WithoutInfoTheRestartGuardSaysWhy) {
   Masters masters(3);
   masters.set_user(0, documented_acl());
