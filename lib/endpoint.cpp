@@ -228,16 +228,29 @@ std::string Endpoint::display() const {
 std::string Endpoint::mask_uri(std::string_view uri) { return masked(uri); }
 
 std::string Endpoint::redact(std::string_view text) const {
+  // What a server may echo is the password as an argument, or the start of one it cut short
+  // (Redis truncates the arguments it quotes back). Masking more than that (a word that only
+  // shares letters with the password) garbles the message and shows a reader who knows the
+  // word what the password starts with, or, for a short one, what it is.
   constexpr std::size_t kShortestPrefix = 4;
+  constexpr std::size_t kLongPassword = 8;  // no word of a message contains this by chance
   if (password.empty()) return std::string(text);
+  const auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
     std::size_t common = 0;
     while (common < password.size() && i + common < text.size() && text[i + common] == password[common]) ++common;
-    if (common == password.size() || common >= kShortestPrefix) {
+    const std::size_t after = i + common;
+    const bool starts_alone = i == 0 || !word_char(text[i - 1]);
+    const bool whole =
+        common == password.size() &&
+        (password.size() >= kLongPassword || (starts_alone && (after == text.size() || !word_char(text[after]))));
+    const bool cut_short = common >= kShortestPrefix && common < password.size() && starts_alone &&
+                           (after == text.size() || text[after] == '\'' || text[after] == '"');
+    if (whole || cut_short) {
       out += "***";
-      i += common;
+      i = after;
     } else {
       out.push_back(text[i++]);
     }

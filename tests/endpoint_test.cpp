@@ -397,6 +397,22 @@ TEST(EndpointRedact, MasksThePasswordAndEveryStartOfItFourCharactersOrLonger) {
   EXPECT_EQ(short_password.redact("ERR 'pw' and 'p'"), "ERR '***' and 'p'");
 }
 
+// Masking a word that merely shares letters with the password garbles the message and shows
+// what the password starts with (or, for a short one, what it is): only the password itself,
+// standing alone, and a start of it cut off at a quote or the end (an echo Redis truncated)
+// are masked.
+TEST(EndpointRedact, WordsThatOnlyShareLettersWithThePasswordAreLeftAlone) {
+  const redlock::Endpoint perm = redlock::Endpoint::parse("redis://app:permX-1234@db:6379");
+  const std::string message = "not permitted: NOPERM this user has no permissions; permission check";
+  EXPECT_EQ(perm.redact(message), message);
+  EXPECT_EQ(perm.redact("args: 'permX-1234' 'permX-1"), "args: '***' '***");
+  EXPECT_EQ(perm.redact("args: 'permX-12' "), "args: '***' ");
+  EXPECT_EQ(perm.redact("the password permX-1234."), "the password ***.");
+  const redlock::Endpoint x = redlock::Endpoint::parse("redis://:x@db:6379");
+  EXPECT_EQ(x.redact("under the prefix 'redlock:' x"), "under the prefix 'redlock:' ***");
+  EXPECT_EQ(x.redact("args: 'x' "), "args: '***' ");
+}
+
 TEST(EndpointRedact, MaskUriHidesThePasswordOfAUriThatDoesNotParse) {
   EXPECT_EQ(redlock::Endpoint::mask_uri("redis://user:s3cr3t@host:notaport"), "redis://user:***@host:notaport");
   EXPECT_EQ(redlock::Endpoint::mask_uri("redis://s3cr3t@host"), "redis://***@host");

@@ -27,9 +27,12 @@ struct Endpoint {
   // logs show. Never the user or the password.
   [[nodiscard]] std::string display() const;
 
-  // `text` (e.g. a server's error reply) with this endpoint's password masked as "***":
-  // every occurrence, and every run of 4 or more characters that starts the password (a
-  // server may echo a truncated argument, as Redis does for an unknown command).
+  // `text` (e.g. a server's error reply) with this endpoint's password masked as "***": every
+  // occurrence of a password of 8 characters or more; a shorter one where it stands alone (no
+  // letter, digit or '_' touching it); and 4 or more characters that start the password, stand
+  // alone on the left and end at a quote or the end of the text (a server may echo a truncated
+  // argument, as Redis does for an unknown command). A word that only shares letters with the
+  // password is left as it is: masking it would show what the password starts with.
   [[nodiscard]] std::string redact(std::string_view text) const;
 
   // `uri` with its password replaced by "***", for messages about a URI that may not parse.
