@@ -311,7 +311,9 @@ void StatusQuery::assess(std::uint32_t index, const std::vector<MasterReport>& e
       twin_counted = twin_counted || earlier[other].can_vote;
     }
   }
-  report.can_vote = report.reachable && report.role != "replica" && report.not_permitted.empty() && report.counted &&
+  // A master only when INFO replication says so: a replica refuses every SET (READONLY), and
+  // without INFO (an ACL, a timeout) nothing here can tell one from the other.
+  report.can_vote = report.reachable && report.role == "master" && report.not_permitted.empty() && report.counted &&
                     !twin_counted;
   report.fence_caught_up = masters_.fence_caught_up(index);
 
@@ -320,6 +322,11 @@ void StatusQuery::assess(std::uint32_t index, const std::vector<MasterReport>& e
     warnings.push_back("a replica (of " + report.replica_of +
                        "), not a master: it refuses the lock's SET (READONLY), or if writable loses it at its next "
                        "sync; list only independent masters");
+  }
+  if (report.reachable && !report.role) {
+    warnings.push_back("role unknown (" + report.role_error +
+                       "): a replica would refuse the lock's SET, so no vote is promised from it; allow INFO to the "
+                       "lock user (docs/permissions.md)");
   }
   if (auto risk = eviction_risk(report.maxmemory_policy, fence_key_); !risk.empty()) warnings.push_back(std::move(risk));
   if (!report.not_permitted.empty()) {

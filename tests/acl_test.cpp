@@ -271,6 +271,15 @@ TEST(AclTest, WithoutInfoTheRestartGuardSaysWhy) {
   const FleetStatus status = unguarded.status();
   EXPECT_TRUE(status.masters[2].durable);
   EXPECT_FALSE(status.masters[0].durable);
+  // Without INFO replication status cannot tell this master from a replica (which would refuse
+  // every SET with READONLY): it does not promise a vote from it, and says why.
+  EXPECT_FALSE(status.masters[2].role.has_value());
+  EXPECT_FALSE(status.masters[2].can_vote);
+  EXPECT_TRUE(status.masters[0].can_vote);
+  std::string said;
+  for (const auto& warning : status.masters[2].warnings) said += warning + "\n";
+  EXPECT_NE(said.find("replica"), std::string::npos) << said;
+  EXPECT_NE(said.find("INFO"), std::string::npos) << said;
 }
 
 // CONFIG GET is optional: without it the masters are used; only durable detection and the

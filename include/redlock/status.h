@@ -57,7 +57,7 @@ struct MasterReport {
   std::string not_permitted;
   std::string fence_not_permitted;
 
-  // Reachable, a master (not a known replica), permitted and counted, and not a second
+  // Reachable, a master (INFO replication says so: unknown is not a vote), permitted and counted, and not a second
   // address of a server already counted: it could give a vote now.
   bool can_vote = false;
   // This Client has caught up its fencing counter for this incarnation (docs/fencing.md): a
