@@ -483,7 +483,7 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   const bool own_failure = acquire.fenced.has_value() || granted_by_quorum(result);
   // Released on every master, including those that timed out or have not answered: their
   // SET may still land, and this release is queued behind it on the same connection.
-  release_in_background(op->key, acquire.attempt_token, op->ttl);
+  release_in_background(op->key, acquire.attempt_token, op->ttl, result.masters);
   acquire.fenced.reset();
   if (acquire.retries_left == 0 || shutting_down_) {
     acquire.woken = acquire.woken || own_failure;  // stop_waiting passes it on: the key was free
@@ -847,12 +847,13 @@ void ClientImpl::finish(const std::shared_ptr<Operation>& op, Result result) {
 // until its ttl, and the next attempts there read held_by_other. Say so. (Timeouts and lost
 // connections are not repeated here: the acquire's own rows showed them.)
 void ClientImpl::warn_failed_release(const Operation& op, const Result& result) const {
-  const auto ttl = std::get<ReleasePart>(op.part).acquired_ttl;
-  for (const auto& master : result.masters) {
-    if (master.status != MasterStatus::server_error) continue;
+  const auto& release = std::get<ReleasePart>(op.part);
+  for (std::size_t i = 0; i < result.masters.size(); ++i) {
+    const auto& master = result.masters[i];
+    if (master.status != MasterStatus::server_error || ((release.never_sent >> i) & 1u) != 0) continue;
     diagnostics_.warn("release of key '" + op.key + "' after a failed acquire was refused by master " +
                           master.endpoint + ": " + master.error + "; the key stays there until its ttl (" +
-                          std::to_string(ttl.count()) + " ms)",
+                          std::to_string(release.acquired_ttl.count()) + " ms)",
                       master.endpoint + " (refused cleanup releases)");
   }
 }
@@ -865,11 +866,16 @@ std::shared_ptr<LockState> ClientImpl::make_lock_state(std::size_t masters) cons
   return std::allocate_shared<LockState>(PoolAllocator<LockState>(lock_states_pool_), masters);
 }
 
-void ClientImpl::release_in_background(const std::string& key, const std::string& token, Milliseconds acquired_ttl) {
+void ClientImpl::release_in_background(const std::string& key, const std::string& token, Milliseconds acquired_ttl,
+                                       const std::vector<MasterResult>& attempt) {
+  std::uint64_t never_sent = 0;
+  for (std::size_t i = 0; i < attempt.size(); ++i) {
+    if (attempt[i].status == MasterStatus::not_permitted) never_sent |= std::uint64_t{1} << i;  // kMaxMasters = 64
+  }
   auto op = make_operation();
   op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
   op->key = key;
-  op->part = ReleasePart{token, true, acquired_ttl};
+  op->part = ReleasePart{token, true, acquired_ttl, never_sent};
   operations_.emplace(op->id, op);
   send_round(op, RoundKind::release);
 }
@@ -890,7 +896,7 @@ void ClientImpl::cancel(OperationId id) {
     op->round->close();
     result.masters = op->round->take_masters();
     acquire.attempt_token = op->round->take_token();
-    release_in_background(op->key, acquire.attempt_token, op->ttl);
+    release_in_background(op->key, acquire.attempt_token, op->ttl, result.masters);
   }
   finish(op, std::move(result));
 }

@@ -339,6 +339,25 @@ TEST(AclTest, ARefusedPartialReleaseIsWarnedAbout) {
   EXPECT_EQ(warnings.all().find(kPassword), std::string::npos);
 }
 
+// A master that was never sent the attempt's SET (not_permitted) holds no key of it: the
+// release after the failed acquire may be refused there, but nothing stays behind, and the
+// Client must not say that it does (a review: one false warning per master and attempt).
+TEST(AclTest, NoKeyIsSaidToStayOnAMasterThatWasNeverSentTheSet) {
+  Masters masters(3);
+  for (std::size_t i = 0; i < 3; ++i) masters.set_user(i, documented_acl("+evalsha"));
+  Warnings warnings;
+  auto options = lock_user_options(masters, warnings);
+  options.retry_count = 0;
+  Client client(options);
+  const Result result = client.acquire("never-sent");
+  EXPECT_FALSE(result.ok()) << format_result(result);
+  EXPECT_GE(result.count(MasterStatus::not_permitted), 2u) << format_result(result);
+  EXPECT_EQ(with_key(masters.group, "redlock:never-sent"), 0u);
+  // The release after the failed attempt has been heard out by every master by now.
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(warnings.count_with("stays there until its ttl"), 0u) << warnings.all();
+}
+
 // The issue's user: SET and the script commands, but not what the scripts call inside.
 TEST(AclTest, TheIssuesUserStrandsNoLock) {
   Masters masters(3);

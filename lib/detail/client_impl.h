@@ -160,7 +160,9 @@ class ClientImpl {
   // Runs a user callback; its exceptions stop here. While it runs, deleting the Client
   // defers freeing this object (see destroy_from_callback).
   void call_back(const Callback& done, Result&& result) noexcept;
-  void release_in_background(const std::string& key, const std::string& token, Milliseconds acquired_ttl);
+  // `attempt`: the failed attempt's rows (which masters were never sent its SET).
+  void release_in_background(const std::string& key, const std::string& token, Milliseconds acquired_ttl,
+                             const std::vector<MasterResult>& attempt);
   void warn_failed_release(const Operation& op, const Result& result) const;
   void cancel(OperationId id);
   void shutdown();

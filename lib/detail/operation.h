@@ -69,6 +69,9 @@ struct ReleasePart {
   // key then stays).
   bool internal = false;
   std::chrono::milliseconds acquired_ttl{0};
+  // Masters (bit i: master i) that were never sent the attempt's SET (not_permitted): nothing
+  // of it can stay there, whatever they answer to this release.
+  std::uint64_t never_sent = 0;
 };
 
 struct Operation {
