@@ -25,10 +25,31 @@ constexpr const char* kPassword = "pw-Xq83z-s3cret";
 // The documented ACL (README.md "Permissions", docs/permissions.md), minus `without`:
 // one rule removed (e.g. "+get"), or a key pattern replaced.
 std::vector<std::string> documented_acl(const std::string& without = {}, const std::string& keys = "~redlock:*") {
-  std::vector<std::string> rules = {"ACL",   "SETUSER", kUser,    "reset",       "on",      std::string(">") + kPassword,
-                                    keys,    "~redlock-fence-counter", "resetchannels", "&redlock-released:*", "-@all",
-                                    "+set",  "+get",    "+del",   "+pexpire",    "+pttl",   "+incr",   "+eval",
-                                    "+evalsha", "+script|load", "+info", "+config|get", "+publish", "+subscribe",
+  std::vector<std::string> rules = {"ACL",
+                                    "SETUSER",
+                                    kUser,
+                                    "reset",
+                                    "on",
+                                    std::string(">") + kPassword,
+                                    keys,
+                                    "~redlock-fence-counter",
+                                    "resetchannels",
+                                    "&redlock-released:*",
+                                    "-@all",
+                                    "+set",
+                                    "+get",
+                                    "+del",
+                                    "+pexpire",
+                                    "+pttl",
+                                    "+incr",
+                                    "+eval",
+                                    "+evalsha",
+                                    "+script|load",
+                                    "+info",
+                                    "+config|get",
+                                    "+time",
+                                    "+publish",
+                                    "+subscribe",
                                     "+unsubscribe"};
   std::erase(rules, without);
   return rules;
