@@ -3,7 +3,8 @@
 //
 // Lock validity is computed on a monotonic clock, never the wall clock: a wall-clock jump
 // must not stretch or shrink a lease. Production code uses SteadyClock; a test may inject
-// its own Clock to make elapsed time exact.
+// its own Clock to make elapsed time exact. Besides the loop thread, a blocking call's thread
+// reads it once when the call returns (the validity left then: Result::validity).
 #pragma once
 
 #include <chrono>

@@ -46,6 +46,10 @@ class Mutex {
   //
   // Blocks until acquired, retrying for as long as it takes. Throws LockError only if it
   // can never succeed (the Client is shutting down, or the request is invalid).
+  // Acquired means a quorum granted it with validity left at the decision; a thread that
+  // wakes after that validity ran out (a stop, a loaded machine) owns an expired lock:
+  // remaining() says 0 and last_result().validity, taken at the return, too. Check remaining()
+  // before work that needs the lock, or give `renew`.
   void lock();
   // One attempt, no retries. Blocks for about one command deadline at most (two with fencing,
   // plus up to yield_to_waiters when set).

@@ -44,7 +44,8 @@ struct ClientOptions {
   Milliseconds drift_constant{2};
 
   // A grant whose remaining validity is not above this is refused (and released).
-  // Default 0: any positive validity is granted.
+  // Default 0: any positive validity is granted. Judged at the decision: a blocking call's
+  // Result reports the validity left when it returns, which can be below this (Result::validity).
   Milliseconds min_validity{0};
 
   // How many times a failed acquire is retried (0 = one attempt only), and the pause

@@ -65,7 +65,8 @@ struct Result {
   std::optional<Lock> lock;
   // Remaining validity (deadline - now), on success: for the *_async calls when the outcome was
   // decided (their callback runs right after), for the blocking calls when they return (the
-  // time the caller's thread took to wake is taken off; 0 if it woke after the deadline).
+  // time the caller's thread took to wake is taken off; 0 if it woke after the deadline, or if
+  // the lock was lost or its release submitted meanwhile: Client::remaining's rules).
   std::chrono::microseconds validity{0};
   // One entry per master, in configuration order, for the last round that was sent.
   std::vector<MasterResult> masters;
