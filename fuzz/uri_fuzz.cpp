@@ -63,18 +63,34 @@ void check_redact(const Endpoint& ep, std::string_view text) {
   // A password with '*' in it can be spelled by the mask itself.
   if (contains(password, "*")) return;
   if (password.size() >= 8) FUZZ_CHECK(!contains(out, password), "redact left a long password in the text");
-  const std::string quoted = "args: '" + password + "' ";
-  FUZZ_CHECK(!contains(ep.redact(quoted), "'" + password + "'"), "redact left a quoted echo of the password");
+  // Echoes as Redis quotes them (a password that starts with the quote itself aside).
+  if (password.front() == '\'') return;
+  FUZZ_CHECK(ep.redact("'" + password + "'") == "'***'", "redact left a quoted echo of the password");
   if (password.size() > 4) {
     const std::string cut = password.substr(0, password.size() - 1);
-    FUZZ_CHECK(!contains(ep.redact("args: '" + cut), cut), "redact left an echo of the password cut short");
+    FUZZ_CHECK(ep.redact("'" + cut) == "'***", "redact left an echo of the password cut short");
   }
 }
 
 // The reason after "master URI '<masked>': ".
+// The URI is quoted as mask_uri shows it, or, where what follows the host's ':' may be a
+// password typed without its "@host" (more than a port), with all of that hidden.
 std::string reason_of(const std::string& message, std::string_view uri) {
-  const std::string head = "master URI '" + printable(Endpoint::mask_uri(uri)) + "': ";
-  FUZZ_CHECK(message.compare(0, head.size(), head) == 0, "a parse error that does not quote the masked URI");
+  const std::string opening = "master URI '";
+  std::string head = opening + printable(Endpoint::mask_uri(uri)) + "': ";
+  if (message.compare(0, head.size(), head) != 0) {
+    // The URI itself may hold "***': " too: the first end that quotes a start of it up to a ':'.
+    bool found = false;
+    for (auto hidden = message.find("***': ", opening.size()); !found && hidden != std::string::npos;
+         hidden = message.find("***': ", hidden + 1)) {
+      const std::string shown = message.substr(opening.size(), hidden - opening.size());
+      if (!shown.empty() && shown.back() == ':' && printable(uri).starts_with(shown)) {
+        head = message.substr(0, hidden + 6);
+        found = true;
+      }
+    }
+    FUZZ_CHECK(found, "a parse error that does not quote the masked URI");
+  }
   std::string reason = message.substr(head.size());
   FUZZ_CHECK(!reason.empty(), "a parse error without a reason");
   return reason;
