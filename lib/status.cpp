@@ -104,7 +104,8 @@ void StatusQuery::start() {
       // Past the deadline nobody needs the reply: a silent master then keeps no sink.
       if (!masters_.send(i, command, sink, deadline)) {
         // Replies come in send order, so what was sent still lines up; nothing more is sent.
-        if (master.sent == 0) master.failure = masters_.last_error(i);
+        // shown(): a handshake's failure may quote the server's echo of the password.
+        if (master.sent == 0) master.failure = diagnostics_.shown(masters_.last_error(i));
         break;
       }
       ++master.sent;
@@ -235,9 +236,10 @@ void StatusQuery::finish() {
     if (report.can_vote) {
       ++status.voters;
     } else {
-      std::string why = !report.reachable                   ? "unreachable (" + report.error + ")"
-                        : report.role == "replica"          ? std::string("a replica")
-                        : !report.not_permitted.empty()     ? "not permitted (" + report.not_permitted + ")"
+      std::string why = !report.reachable                    ? "unreachable (" + report.error + ")"
+                        : report.role == "replica"           ? std::string("a replica")
+                        : !report.role                       ? "role unknown (" + report.role_error + ")"
+                        : !report.not_permitted.empty()      ? "not permitted (" + report.not_permitted + ")"
                         : !report.not_counted_reason.empty() ? report.not_counted_reason
                                                              : std::string("the same server as another master");
       why_not += "; " + report.endpoint + ": " + why;

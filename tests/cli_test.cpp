@@ -1913,13 +1913,15 @@ TEST(CliServerEchoTest, ServerEchoedPasswordIsNeverPrinted) {
   std::vector<std::string> uris;
   for (const auto& uri : masters.uris()) uris.push_back(with_userinfo(uri, ":" + password));
   std::string everything;
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"--retry-count", "0", "acquire", "job"},
-           {"--retry-count", "0", "--json", "acquire", "job"},
-           {"--retry-count", "0", "run", "job", "--", "true"},
-           {"--retry-count", "0", "--json", "run", "job", "--", "true"},
-           {"release", "job", "0123456789abcdef0123456789abcdef"},
-           {"--json", "extend", "job", "0123456789abcdef0123456789abcdef"}}) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"--retry-count", "0", "acquire", "job"},
+                                             {"--retry-count", "0", "--json", "acquire", "job"},
+                                             {"--retry-count", "0", "run", "job", "--", "true"},
+                                             {"--retry-count", "0", "--json", "run", "job", "--", "true"},
+                                             {"release", "job", "0123456789abcdef0123456789abcdef"},
+                                             {"--json", "extend", "job", "0123456789abcdef0123456789abcdef"},
+                                             {"status"},
+                                             {"--json", "status", "job"}}) {
     Process process(args_for(uris, args));
     const Finished f = process.wait(20s);
     EXPECT_EQ(f.out.find(password.substr(0, 4)), std::string::npos) << describe(f);
