@@ -17,6 +17,7 @@
 // is split at the first two NUL bytes into user, password and tail, and the URI is built as
 // "redis://" + user + ":" + password + "@" + tail, so the password's text is known; what
 // follows a third NUL is a server text to redact with the parsed password.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -57,9 +58,16 @@ void check_redact(const Endpoint& ep, std::string_view text) {
     FUZZ_CHECK(out == text, "redact changed a text with no password to hide");
     return;
   }
-  if (!contains(text, telltale(password))) {
-    FUZZ_CHECK(out == text, "redact changed a text without the password in it");
+  // Redis echoes a CR or LF as a space: redact matches it so.
+  const std::string_view start = telltale(password);
+  bool echoed = false;
+  for (std::size_t i = 0; !echoed && i + start.size() <= text.size(); ++i) {
+    echoed = std::equal(start.begin(), start.end(), text.begin() + static_cast<std::ptrdiff_t>(i),
+                        [](char secret, char shown) {
+                          return shown == secret || (shown == ' ' && (secret == '\r' || secret == '\n'));
+                        });
   }
+  if (!echoed) FUZZ_CHECK(out == text, "redact changed a text without the password in it");
   // A password with '*' in it can be spelled by the mask itself.
   if (contains(password, "*")) return;
   if (password.size() >= 8) FUZZ_CHECK(!contains(out, password), "redact left a long password in the text");

@@ -62,6 +62,27 @@ std::string masked(std::string_view uri) {
   return std::string(uri.substr(0, mask_from)) + "***" + std::string(uri.substr(at));
 }
 
+// For a parse error only: every occurrence of `secret`, and every run of 4 or more characters
+// that starts it, masked. What follows the host's ':' in a URI that did not parse may be a
+// password, and the reason quotes its pieces unquoted ("port 202406 is out of range"), so
+// this masks more than Endpoint::redact does (a garbled word in a parse error is the lesser harm).
+std::string mask_every_start(std::string_view text, std::string_view secret) {
+  constexpr std::size_t kShortestStart = 4;
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t common = 0;
+    while (common < secret.size() && i + common < text.size() && text[i + common] == secret[common]) ++common;
+    if (!secret.empty() && (common == secret.size() || common >= kShortestStart)) {
+      out += "***";
+      i += common;
+    } else {
+      out.push_back(text[i++]);
+    }
+  }
+  return out;
+}
+
 [[noreturn]] void bad(std::string_view uri, const std::string& why) {
   // A URI that does not parse may be one whose "@host" is missing: then all that follows the
   // host's ':' may be the password, even when it starts like a port ("admin:2024/Summer!"),
@@ -74,11 +95,9 @@ std::string masked(std::string_view uri) {
                                                                                : std::string_view::npos;
       hidden != std::string_view::npos && !port_like(uri.substr(hidden))) {
     // The reason quotes pieces of it (the port, the db after '/'): hide each piece's start.
-    Endpoint suspect;
     for (std::size_t piece = hidden; piece < uri.size(); ++piece) {
       if (piece != hidden && std::string_view("/?#:").find(uri[piece - 1]) == std::string_view::npos) continue;
-      suspect.password = std::string(uri.substr(piece));
-      reason = suspect.redact(reason);
+      reason = mask_every_start(reason, uri.substr(piece));
     }
     reason += " (what follows ':' is hidden: it may be a password)";
     shown = std::string(uri.substr(0, hidden)) + "***";
@@ -236,11 +255,15 @@ std::string Endpoint::redact(std::string_view text) const {
   constexpr std::size_t kLongPassword = 8;  // no word of a message contains this by chance
   if (password.empty()) return std::string(text);
   const auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
+  // Redis writes a CR or LF of an echoed argument as a space (an error reply is one line).
+  const auto echoes = [](char shown, char secret) {
+    return shown == secret || (shown == ' ' && (secret == '\r' || secret == '\n'));
+  };
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
     std::size_t common = 0;
-    while (common < password.size() && i + common < text.size() && text[i + common] == password[common]) ++common;
+    while (common < password.size() && i + common < text.size() && echoes(text[i + common], password[common])) ++common;
     const std::size_t after = i + common;
     const bool starts_alone = i == 0 || !word_char(text[i - 1]);
     const bool whole =

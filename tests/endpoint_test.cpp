@@ -227,6 +227,15 @@ TEST(EndpointParseError, BadDatabase) {
   const std::string after_port = parse_error("redis://h:6379/abc");
   EXPECT_THAT(after_port, HasSubstr("database '***'"));
   EXPECT_THAT(after_port, HasSubstr("hidden: it may be a password"));
+  // A password of digits and more, the "@host" forgotten, whose digits read as a port out of
+  // range: the reason names the port without quotes, and must not show it either.
+  for (const std::string uri :
+       {"redis://admin:202406/Summer!", "redis://admin:123456/0", "redis://admin:70000/Summer"}) {
+    const std::string message = parse_error(uri);
+    const std::string digits = uri.substr(14, 5);
+    EXPECT_THAT(message, Not(HasSubstr(digits))) << uri;
+    EXPECT_THAT(message, HasSubstr("hidden: it may be a password")) << uri;
+  }
 }
 
 TEST(EndpointParseError, NoHost) {
@@ -411,6 +420,9 @@ TEST(EndpointRedact, WordsThatOnlyShareLettersWithThePasswordAreLeftAlone) {
   const redlock::Endpoint x = redlock::Endpoint::parse("redis://:x@db:6379");
   EXPECT_EQ(x.redact("under the prefix 'redlock:' x"), "under the prefix 'redlock:' ***");
   EXPECT_EQ(x.redact("args: 'x' "), "args: '***' ");
+  // Redis echoes a CR or LF of an argument as a space.
+  const redlock::Endpoint newline = redlock::Endpoint::parse("redis://u:Summer%0A2024abc@db:6379");
+  EXPECT_EQ(newline.redact("args: 'u' 'Summer 2024abc' "), "args: 'u' '***' ");
 }
 
 TEST(EndpointRedact, MaskUriHidesThePasswordOfAUriThatDoesNotParse) {
