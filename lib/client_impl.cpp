@@ -483,7 +483,9 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   const bool own_failure = acquire.fenced.has_value() || granted_by_quorum(result);
   // Released on every master, including those that timed out or have not answered: their
   // SET may still land, and this release is queued behind it on the same connection.
-  release_in_background(op->key, acquire.attempt_token, op->ttl, result.masters);
+  // Which masters were never sent the SET: round 1's rows (a failed fence round's say nothing).
+  release_in_background(op->key, acquire.attempt_token, op->ttl,
+                        acquire.fenced ? acquire.fenced->masters : result.masters);
   acquire.fenced.reset();
   if (acquire.retries_left == 0 || shutting_down_) {
     acquire.woken = acquire.woken || own_failure;  // stop_waiting passes it on: the key was free
@@ -896,7 +898,8 @@ void ClientImpl::cancel(OperationId id) {
     op->round->close();
     result.masters = op->round->take_masters();
     acquire.attempt_token = op->round->take_token();
-    release_in_background(op->key, acquire.attempt_token, op->ttl, result.masters);
+    release_in_background(op->key, acquire.attempt_token, op->ttl,
+                          acquire.fenced ? acquire.fenced->masters : result.masters);
   }
   finish(op, std::move(result));
 }
