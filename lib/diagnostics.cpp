@@ -1,10 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "detail/diagnostics.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
 namespace redlock::detail {
+
+std::vector<Endpoint> Diagnostics::longest_password_first(std::vector<Endpoint> endpoints) {
+  std::stable_sort(endpoints.begin(), endpoints.end(),
+                   [](const Endpoint& a, const Endpoint& b) { return a.password.size() > b.password.size(); });
+  return endpoints;
+}
 
 std::string Diagnostics::shown(std::string_view text) const {
   if (text.empty()) return {};  // nothing to redact (most rows of a round have no text)

@@ -27,6 +27,22 @@ std::string joined(const std::vector<std::string>& lines) {
   return all;
 }
 
+// Every master's password is masked, whatever the order of the masters: one password inside
+// another, masked first, left the rest of the longer one to be shown (a review: 'Q7x-***-vault').
+TEST(DiagnosticsTest, APasswordInsideAnotherDoesNotUncoverTheRestOfIt) {
+  const std::string echo = "ERR unknown command 'AUTH', with args beginning with: 'Q7x-Summer2024-vault' ";
+  for (const bool short_first : {true, false}) {
+    std::vector<Endpoint> endpoints = {Endpoint::parse("redis://:Summer2024@a:6379"),
+                                       Endpoint::parse("redis://:Q7x-Summer2024-vault@b:6379")};
+    if (!short_first) std::swap(endpoints[0], endpoints[1]);
+    const Diagnostics diagnostics(endpoints, {});
+    const std::string shown = diagnostics.shown(echo);
+    EXPECT_EQ(shown.find("vault"), std::string::npos) << shown;
+    EXPECT_EQ(shown.find("Q7x"), std::string::npos) << shown;
+    EXPECT_NE(shown.find("'***'"), std::string::npos) << shown;
+  }
+}
+
 TEST(DiagnosticsTest, WarningsBeyondTheLimitAreCountedAndTheCountIsShownLater) {
   std::vector<std::string> seen;
   const Endpoint endpoint = Endpoint::parse("redis://:hunter2secret@127.0.0.1:6390");

@@ -20,7 +20,7 @@ class Diagnostics {
  public:
   using Now = std::uint64_t (*)();  // monotonic nanoseconds; a test may give its own
   Diagnostics(std::vector<Endpoint> endpoints, std::function<void(const std::string&)> on_warning, Now now = &now_ns)
-      : endpoints_(std::move(endpoints)), on_warning_(std::move(on_warning)), now_(now) {}
+      : endpoints_(longest_password_first(std::move(endpoints))), on_warning_(std::move(on_warning)), now_(now) {}
 
   // Every configured password masked (a server may echo one back), at most kMaxShownText
   // bytes.
@@ -48,6 +48,9 @@ class Diagnostics {
     std::uint32_t shown = 0;
     std::uint64_t not_shown = 0;
   };
+  // Masked longest first: a shorter password inside a longer one, masked first, would leave
+  // the rest of the longer one unmatched, and shown.
+  static std::vector<Endpoint> longest_password_first(std::vector<Endpoint> endpoints);
   const std::vector<Endpoint> endpoints_;
   const std::function<void(const std::string&)> on_warning_;
   const Now now_;
