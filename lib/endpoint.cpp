@@ -98,6 +98,15 @@ std::string mask_every_start(std::string_view text, std::string_view secret) {
     for (std::size_t piece = hidden; piece < uri.size(); ++piece) {
       if (piece != hidden && std::string_view("/?#:").find(uri[piece - 1]) == std::string_view::npos) continue;
       reason = mask_every_start(reason, uri.substr(piece));
+      // The piece alone, however short, where the reason quotes it ("port 'Sec' is not a number"
+      // for "host:Sec/ret99x"): a start of fewer than 4 characters is not masked above.
+      const auto end = uri.find_first_of("/?#:", piece);
+      const std::string quoted =
+          "'" + std::string(uri.substr(piece, end == std::string_view::npos ? end : end - piece)) + "'";
+      for (auto at = reason.find(quoted); quoted.size() > 2 && at != std::string::npos;
+           at = reason.find(quoted, at + 5)) {
+        reason.replace(at, quoted.size(), "'***'");
+      }
     }
     reason += " (what follows ':' is hidden: it may be a password)";
     shown = std::string(uri.substr(0, hidden)) + "***";

@@ -236,6 +236,13 @@ TEST(EndpointParseError, BadDatabase) {
     EXPECT_THAT(message, Not(HasSubstr(digits))) << uri;
     EXPECT_THAT(message, HasSubstr("hidden: it may be a password")) << uri;
   }
+  // A piece of fewer than 4 characters before a '/': quoted alone in the reason (a review).
+  for (const std::string uri : {"redis://host:Sec/ret99x", "redis://host:ab/Cdefgh12", "redis://host:P1/Q2/x"}) {
+    const std::string message = parse_error(uri);
+    const std::string piece = uri.substr(13, uri.find('/', 13) - 13);
+    EXPECT_THAT(message, Not(HasSubstr("'" + piece + "'"))) << message;
+    EXPECT_THAT(message, HasSubstr("hidden: it may be a password")) << uri;
+  }
 }
 
 TEST(EndpointParseError, NoHost) {
