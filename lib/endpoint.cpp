@@ -64,7 +64,7 @@ std::string masked(std::string_view uri) {
 
 // For a parse error only: every occurrence of `secret`, and every run of 4 or more characters
 // that starts it, masked. What follows the host's ':' in a URI that did not parse may be a
-// password, and the reason quotes its pieces unquoted ("port 202406 is out of range"), so
+// password, and the reason names its pieces, some without quotes ("port 202406 is out of range"), so
 // this masks more than Endpoint::redact does (a garbled word in a parse error is the lesser harm).
 std::string mask_every_start(std::string_view text, std::string_view secret) {
   constexpr std::size_t kShortestStart = 4;
