@@ -483,9 +483,7 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   const bool own_failure = acquire.fenced.has_value() || granted_by_quorum(result);
   // Released on every master, including those that timed out or have not answered: their
   // SET may still land, and this release is queued behind it on the same connection.
-  // Which masters were never sent the SET: round 1's rows (a failed fence round's say nothing).
-  release_in_background(op->key, acquire.attempt_token, op->ttl,
-                        acquire.fenced ? acquire.fenced->masters : result.masters);
+  release_failed_attempt(*op, result.masters);
   acquire.fenced.reset();
   if (acquire.retries_left == 0 || shutting_down_) {
     acquire.woken = acquire.woken || own_failure;  // stop_waiting passes it on: the key was free
@@ -868,16 +866,18 @@ std::shared_ptr<LockState> ClientImpl::make_lock_state(std::size_t masters) cons
   return std::allocate_shared<LockState>(PoolAllocator<LockState>(lock_states_pool_), masters);
 }
 
-void ClientImpl::release_in_background(const std::string& key, const std::string& token, Milliseconds acquired_ttl,
-                                       const std::vector<MasterResult>& attempt) {
+void ClientImpl::release_failed_attempt(const Operation& attempt, const std::vector<MasterResult>& decided_rows) {
+  const AcquirePart& acquire = attempt.acquire();
+  // Which masters were never sent the SET: round 1's rows (a failed fence round's say nothing).
+  const auto& rows = acquire.fenced ? acquire.fenced->masters : decided_rows;
   std::uint64_t never_sent = 0;
-  for (std::size_t i = 0; i < attempt.size(); ++i) {
-    if (attempt[i].status == MasterStatus::not_permitted) never_sent |= std::uint64_t{1} << i;  // kMaxMasters = 64
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].status == MasterStatus::not_permitted) never_sent |= std::uint64_t{1} << i;  // kMaxMasters = 64
   }
   auto op = make_operation();
   op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
-  op->key = key;
-  op->part = ReleasePart{token, true, acquired_ttl, never_sent};
+  op->key = attempt.key;
+  op->part = ReleasePart{acquire.attempt_token, true, attempt.ttl, never_sent};
   operations_.emplace(op->id, op);
   send_round(op, RoundKind::release);
 }
@@ -898,8 +898,7 @@ void ClientImpl::cancel(OperationId id) {
     op->round->close();
     result.masters = op->round->take_masters();
     acquire.attempt_token = op->round->take_token();
-    release_in_background(op->key, acquire.attempt_token, op->ttl,
-                          acquire.fenced ? acquire.fenced->masters : result.masters);
+    release_failed_attempt(*op, result.masters);
   }
   finish(op, std::move(result));
 }

@@ -160,9 +160,10 @@ class ClientImpl {
   // Runs a user callback; its exceptions stop here. While it runs, deleting the Client
   // defers freeing this object (see destroy_from_callback).
   void call_back(const Callback& done, Result&& result) noexcept;
-  // `attempt`: the failed attempt's rows (which masters were never sent its SET).
-  void release_in_background(const std::string& key, const std::string& token, Milliseconds acquired_ttl,
-                             const std::vector<MasterResult>& attempt);
+  // The library's own release of a failed or cancelled acquire attempt (its key, token and
+  // ttl); `decided_rows`: the rows of the round that ended it (which masters were never sent
+  // the SET; for a fenced attempt, round 1's rows are taken instead).
+  void release_failed_attempt(const Operation& attempt, const std::vector<MasterResult>& decided_rows);
   void warn_failed_release(const Operation& op, const Result& result) const;
   void cancel(OperationId id);
   void shutdown();

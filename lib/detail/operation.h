@@ -101,6 +101,7 @@ struct Operation {
     return release != nullptr && release->internal;
   }
   AcquirePart& acquire() { return std::get<AcquirePart>(part); }
+  [[nodiscard]] const AcquirePart& acquire() const { return std::get<AcquirePart>(part); }
   ExtendPart& extend() { return std::get<ExtendPart>(part); }
 };
 
