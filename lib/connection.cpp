@@ -339,7 +339,10 @@ void Connection::on_read(const char* data, std::size_t size) {
     deliver(std::move(pending), reply.get());
     if (generation != generation_) return;  // the delivery dropped this socket
   }
-  if (!reader_->partial()) return;
+  if (!reader_->partial()) {
+    if (recheck_wanted_ && pending_.empty()) recheck_permissions();
+    return;
+  }
   // A reply has begun: more replies than commands if nothing is left to answer, else the
   // stall check bounds how long it may take to finish.
   if (pending_.empty()) {
@@ -515,6 +518,36 @@ void Connection::check_stall() {
   arm_stall_check();
 }
 
+bool Connection::permission_refused(bool fencing_only, std::string_view refusal) {
+  if (state_ != State::ready) return false;  // a handshake under way checks again anyway
+  std::string& mark = fencing_only ? info_.fence_not_permitted : info_.not_permitted;
+  // Known already (by the check, or an earlier refusal): nothing new to check. (The release
+  // still sent to a master that may not run the lock paths is refused every time.)
+  if (!mark.empty()) return false;
+  mark =
+      "refused on the live connection (the ACL changed since the connection's check, which runs again at the "
+      "reconnect): " +
+      kept_server_text(refusal);
+  recheck_wanted_ = true;
+  return true;
+}
+
+void Connection::recheck_permissions() {
+  const std::uint64_t now = now_ns();
+  if (now < recheck_not_before_ns_) {
+    if (recheck_timer_ == 0) {
+      recheck_timer_ = loop_.schedule_at(recheck_not_before_ns_, [this] {
+        recheck_timer_ = 0;
+        // Commands sent meanwhile (releases) are answered first; the last reply comes here again.
+        if (recheck_wanted_ && pending_.empty()) recheck_permissions();
+      });
+    }
+    return;
+  }
+  recheck_not_before_ns_ = deadline_after(now, options_.reconnect_max);
+  fail("the ACL refused a lock command on this connection: reconnecting to check the permissions again");
+}
+
 void Connection::fail(std::string reason) {
   if (state_ == State::closed) return;
   last_error_ = std::move(reason);
@@ -550,7 +583,8 @@ void Connection::schedule_reconnect() {
 
 void Connection::close_socket() {
   ++generation_;
-  for (auto* timer : {&connect_timer_, &stall_timer_}) {
+  recheck_wanted_ = false;
+  for (auto* timer : {&connect_timer_, &stall_timer_, &recheck_timer_}) {
     if (*timer != 0) loop_.cancel(std::exchange(*timer, 0));
   }
   if (resolving_ != nullptr) {

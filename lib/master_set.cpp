@@ -78,6 +78,11 @@ std::optional<std::string> MasterSet::not_permitted(std::uint32_t index, bool fe
   return std::nullopt;
 }
 
+void MasterSet::permission_refused(std::uint32_t index, bool fencing_only, std::string_view refusal) {
+  if (index >= connections_.size()) return;
+  if (connections_[index]->permission_refused(fencing_only, refusal)) warn_permissions(index);
+}
+
 bool MasterSet::notifications_permitted(std::uint32_t index) const noexcept {
   return ready(index) && connections_[index]->server_info().notify_not_permitted.empty();
 }

@@ -43,32 +43,32 @@ void deny(std::string& into, const std::string& what, std::string_view text_from
 
 bool is_error(const redisReply& reply) { return reply.type == REDIS_REPLY_ERROR; }
 
-// Only what the ACL refused makes a master not_permitted. Other errors (READONLY on a
-// replica, OOM, NOAUTH without a password, LOADING...) are the server's state, not this
-// user's rights: the rounds meet them too and report them as server_error, as before.
-bool is_denial(const redisReply& reply) {
-  if (!is_error(reply)) return false;
-  const std::string_view text(reply.str, reply.len);
-  return text.starts_with("NOPERM") || text.find("can't run this command") != std::string_view::npos;
-}
-
 // A step of the probe on the probe key: an ACL refusal is recorded with `what` it ran. Any
 // other reply that is not the expected one (+OK for SET, 1 for the scripts) follows from an
-// earlier step or from the server's state (see is_denial), and is left to the rounds.
+// earlier step or from the server's state (see is_acl_refusal), and is left to the rounds.
 HandshakeStep step(std::string encoded, std::string what) {
   return {std::move(encoded), [what = std::move(what)](const redisReply& reply, ServerInfo& info) {
-            if (is_denial(reply)) deny(info.not_permitted, what, text_of(reply));
+            if (is_acl_refusal(reply)) deny(info.not_permitted, what, text_of(reply));
           }};
 }
 
 }  // namespace
+
+// Only what the ACL refused makes a master not_permitted. Other errors (READONLY on a
+// replica, OOM, NOAUTH without a password, LOADING...) are the server's state, not this
+// user's rights: the rounds meet them too and report them as server_error.
+bool is_acl_refusal(const redisReply& reply) {
+  if (!is_error(reply)) return false;
+  const std::string_view text(reply.str, reply.len);
+  return text.starts_with("NOPERM") || text.find("can't run this command") != std::string_view::npos;
+}
 
 std::vector<HandshakeStep> LockCommands::handshake_steps() const {
   std::vector<HandshakeStep> steps;
   for (const Script* script :
        {&release_, &extend_, &fenced_acquire_, &waiting_acquire_, &fence_raise_, &permission_check_}) {
     steps.push_back({script->load_command, [](const redisReply& reply, ServerInfo& info) {
-                       if (is_denial(reply)) deny(info.not_permitted, "SCRIPT LOAD", text_of(reply));
+                       if (is_acl_refusal(reply)) deny(info.not_permitted, "SCRIPT LOAD", text_of(reply));
                      }});
   }
   const std::string token = make_token();
@@ -79,7 +79,7 @@ std::vector<HandshakeStep> LockCommands::handshake_steps() const {
   const std::string channel = release_channel(key_prefix_ + "__redlock_probe");
   steps.push_back({encode_script_call(permission_check_, false, {key}, {value, fence_key, channel}),
                    [prefix, fence_key](const redisReply& reply, ServerInfo& info) {
-                     if (is_denial(reply)) {
+                     if (is_acl_refusal(reply)) {
                        deny(info.not_permitted, "permission check on a probe key under the prefix '" + prefix + "'",
                             text_of(reply));
                        return;

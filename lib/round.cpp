@@ -3,6 +3,8 @@
 // decide early, close.
 #include "detail/round.h"
 
+#include <hiredis/hiredis.h>
+
 #include <algorithm>
 
 #include "detail/diagnostics.h"
@@ -79,6 +81,13 @@ void Round::close() {
 }
 
 void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) {
+  if (reply != nullptr && is_acl_refusal(*reply)) {
+    // The ACL changed under the live connection (docs/permissions.md): no lock goes there
+    // until the check proves the permission again. The row itself stays a server_error: a
+    // script refused part way may have run the commands before the refused one.
+    context_.masters.permission_refused(index, touches_fence_counter(args_.kind, args_.fencing),
+                                        std::string_view(reply->str, reply->len));
+  }
   // (A NOSCRIPT answer to a plain SET, which runs no script, is a server error like any other.)
   if (is_noscript(reply) && index < learned_.size() && !learned_[index].eval_sent &&
       (!decided_ || args_.kind == RoundKind::release) &&

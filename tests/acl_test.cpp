@@ -340,6 +340,86 @@ TEST(AclTest, AFixedAclIsSeenAfterAReconnect) {
   })) << format_result(after);
 }
 
+// Redis applies ACL SETUSER to live connections at once, which the handshake's check cannot
+// see. The first refusal of a lock command there must stop the locks sent to that master: a
+// SET granted there meanwhile could not be released (its key would stay for its ttl, and the
+// waiters relying on that master would wait for it). A review: every acquire after the
+// permission was taken away was still granted there, and status showed the master permitted,
+// until the connection happened to drop. The connection then reconnects, so that the check
+// runs again.
+TEST(AclTest, APermissionTakenAwayFromALiveConnectionStopsTheLocksSentThere) {
+  Masters masters(3);
+  for (std::size_t i = 0; i < 3; ++i) masters.set_user(i, documented_acl());
+  Warnings warnings;
+  Client client(lock_user_options(masters, warnings));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result first = client.acquire("before");
+  ASSERT_TRUE(first.ok()) << format_result(first);
+  ASSERT_TRUE(client.release(*first.lock));
+  // The ids of the lock user's connections to master 2 (CLIENT LIST: "id=7 addr=... user=locker ...").
+  const auto lock_connections = [&] {
+    std::string ids;
+    const std::string list = masters.group[2].command({"CLIENT", "LIST"}).str;
+    for (std::size_t line = 0; line < list.size();) {
+      const std::size_t end = std::min(list.find('\n', line), list.size());
+      const std::string entry = list.substr(line, end - line);
+      if (entry.starts_with("id=") && entry.find(std::string(" user=") + kUser + " ") != std::string::npos) {
+        ids += entry.substr(3, entry.find(' ') - 3) + " ";
+      }
+      line = end + 1;
+    }
+    return ids;
+  };
+  const std::string before = lock_connections();
+  ASSERT_FALSE(before.empty());
+
+  masters.set_user(2, {"ACL", "SETUSER", kUser, "-evalsha"});  // the release script is refused there now
+  const Result granted = client.acquire("granted-then");
+  ASSERT_TRUE(granted.ok()) << format_result(granted);
+  const Result released = client.release(*granted.lock);
+  EXPECT_TRUE(released.ok()) << format_result(released);  // by masters 0 and 1
+  const std::string name = "master " + granted.masters[2].endpoint;
+  EXPECT_TRUE(eventually([&] { return warnings.count_with(name + ": the lock user may not run") == 1; }, 3s))
+      << warnings.all();
+
+  // No lock is sent there any more (not_permitted; not_connected or queued and refused while
+  // the connection is made again), and no key is left there.
+  for (const std::string resource : {"after-1", "after-2"}) {
+    const Result after = client.acquire(resource);
+    ASSERT_TRUE(after.ok()) << format_result(after);
+    EXPECT_NE(after.masters[2].status, MasterStatus::ok) << format_result(after);
+    EXPECT_TRUE(client.release(*after.lock));
+    EXPECT_EQ(masters.group[2].command({"EXISTS", "redlock:" + resource}).integer, 0) << format_result(after);
+  }
+  // The connection was made again, and its check found what is missing.
+  EXPECT_TRUE(eventually([&] { return lock_connections() != before; }, 5s)) << before << "/" << lock_connections();
+  Result checked;
+  EXPECT_TRUE(eventually(
+      [&] {
+        checked = client.acquire("checked");
+        if (checked.ok()) client.release(*checked.lock);
+        return checked.ok() && checked.masters[2].error.find("evalsha") != std::string::npos &&
+               checked.masters[2].error.find("live connection") == std::string::npos;
+      },
+      5s))
+      << format_result(checked);
+  EXPECT_EQ(checked.masters[2].status, MasterStatus::not_permitted) << format_result(checked);
+  EXPECT_EQ(masters.group[2].command({"EXISTS", "redlock:checked"}).integer, 0);
+  EXPECT_FALSE(client.status().masters[2].not_permitted.empty());
+  // Known now: the releases still sent there and refused make it reconnect no more (the first
+  // version did, once per reconnect_max, for every master the check had found restricted).
+  const std::string checked_once = lock_connections();
+  for (int i = 0; i < 5; ++i) {
+    const Result again = client.acquire("again");
+    ASSERT_TRUE(again.ok()) << format_result(again);
+    EXPECT_TRUE(client.release(*again.lock));
+    std::this_thread::sleep_for(100ms);  // reconnect_max is 200 ms here
+  }
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(lock_connections(), checked_once);
+  EXPECT_EQ(warnings.all().find(kPassword), std::string::npos);
+}
+
 // A release refused after a failed acquire (READONLY here: the ACL changed under a live
 // connection, which the check cannot see before the next reconnect) is warned about with
 // the master and the key.
@@ -356,7 +436,11 @@ TEST(AclTest, ARefusedPartialReleaseIsWarnedAbout) {
   EXPECT_EQ(result.outcome, Outcome::taken) << format_result(result);
   EXPECT_TRUE(eventually([&] { return warnings.count_with("release of key 'redlock:ledger'") == 1; }))
       << warnings.all();
-  EXPECT_EQ(warnings.count_with(result.masters[0].endpoint), 1u) << warnings.all();
+  // That warning, and the one that the master is sent no lock until its permissions are
+  // checked again (the refusal showed that the ACL changed).
+  EXPECT_EQ(warnings.count_with(result.masters[0].endpoint), 2u) << warnings.all();
+  EXPECT_EQ(warnings.count_with("master " + result.masters[0].endpoint + ": the lock user may not run"), 1u)
+      << warnings.all();
   EXPECT_EQ(warnings.all().find(kPassword), std::string::npos);
 }
 

@@ -110,6 +110,16 @@ class Connection {
   // Writes everything queued since the last flush. Called before the loop polls.
   void flush();
 
+  // The ACL refused a lock command on this ready connection (is_acl_refusal): Redis applies
+  // ACL SETUSER to live connections at once, which the handshake's check could not see.
+  // `refusal` (the server's text) becomes ServerInfo::not_permitted (fence_not_permitted when
+  // `fencing_only`: the round touched the fencing counter), so that no lock is sent here any
+  // more; once every command already sent here has been answered, the connection reconnects
+  // so that the check runs again (not sooner than reconnect_max after the last reconnect made
+  // for this: a refusal the check does not foresee must not make it reconnect over and over).
+  // Returns whether the master was permitted (for that) until now.
+  bool permission_refused(bool fencing_only, std::string_view refusal);
+
   // Best-effort write of what is queued, then closes the socket. Outstanding sinks get a
   // failure. No reconnect afterwards.
   void close();
@@ -213,6 +223,7 @@ class Connection {
   [[nodiscard]] std::size_t backlog_cost() const noexcept;
   void arm_stall_check();
   void check_stall();
+  void recheck_permissions();  // permission_refused()'s reconnect, once nothing is outstanding
   void close_socket();
 
   EventLoop& loop_;
@@ -242,6 +253,11 @@ class Connection {
   EventLoop::TimerId connect_timer_ = 0;
   EventLoop::TimerId reconnect_timer_ = 0;
   EventLoop::TimerId stall_timer_ = 0;
+  // permission_refused(): a reconnect to check again is wanted (for this socket), and the
+  // earliest it may be made.
+  bool recheck_wanted_ = false;
+  std::uint64_t recheck_not_before_ns_ = 0;
+  EventLoop::TimerId recheck_timer_ = 0;
   std::uint64_t generation_ = 0;  // bumps on every socket change; stale callbacks check it
   ServerInfo info_;
 };

@@ -156,6 +156,10 @@ struct ReplyVote {
 // NOSCRIPT: the script cache lost the script (flushed, or the master restarted): nothing ran.
 [[nodiscard]] bool is_noscript(const redisReply* reply) noexcept;
 
+// The ACL refused the command (NOPERM, or a script's "can't run this command"): this user's
+// rights, not the server's state (READONLY, OOM, LOADING...). In permission_probe.cpp.
+[[nodiscard]] bool is_acl_refusal(const redisReply& reply);
+
 // The lock's commands for one Client (its key prefix and fencing counter key).
 class LockCommands {
  public:

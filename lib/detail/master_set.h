@@ -58,6 +58,9 @@ class MasterSet {
 
   // Why master `index` may not be sent a lock command (fenced: the fencing paths too).
   [[nodiscard]] std::optional<std::string> not_permitted(std::uint32_t index, bool fenced) const;
+  // A round's command was refused by the ACL there (Connection::permission_refused): no lock
+  // is sent there until a reconnect's check proves the permission again; warned once.
+  void permission_refused(std::uint32_t index, bool fencing_only, std::string_view refusal);
   // Whether master `index`'s user may PUBLISH and SUBSCRIBE on the release channels, as its
   // last completed handshake proved (false before it: waiters poll it meanwhile).
   [[nodiscard]] bool notifications_permitted(std::uint32_t index) const noexcept;
