@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "output.h"
 
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 
 #include "args.h"
 #include "secrets.h"
@@ -11,14 +17,68 @@ namespace {
 
 double to_ms(std::chrono::microseconds value) { return static_cast<double>(value.count()) / 1000.0; }
 
-// Every line the tool prints goes through here: command-line words that may carry a password
-// (a -m URI quoted in a usage error, say) are masked on the way out.
-// False if the line could not be written (a full disk, a closed pipe).
-bool write_line(std::FILE* stream, std::string_view raw) {
-  const std::string text = mask_secrets(raw);
+bool write_now(std::FILE* stream, const std::string& text) {
   const bool written = std::fwrite(text.data(), 1, text.size(), stream) == text.size() &&
                        std::fputc('\n', stream) != EOF;
   return std::fflush(stream) == 0 && written && std::ferror(stream) == 0;
+}
+
+// QueuedStderr's queue and writer thread (null while there is none).
+struct StderrQueue {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::string> lines;  // guarded by mutex
+  std::size_t bytes = 0;          // guarded by mutex: of the lines
+  std::size_t dropped = 0;        // guarded by mutex: lines not queued since the last were written
+  bool closing = false;           // guarded by mutex
+  std::thread writer;
+
+  void run() {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      changed.wait(lock, [&] { return closing || !lines.empty() || dropped > 0; });
+      if (lines.empty() && dropped == 0) return;  // closing, and all written
+      std::string line;
+      if (!lines.empty()) {
+        line = std::move(lines.front());
+        lines.pop_front();
+        bytes -= line.size();
+      } else {
+        line = "redlock: " + std::to_string(dropped) + (dropped == 1 ? " line" : " lines") +
+               " of diagnostics dropped: stderr was not being read";
+        dropped = 0;
+      }
+      lock.unlock();
+      write_now(stderr, line);  // the one place that may wait on stderr
+      lock.lock();
+    }
+  }
+};
+
+std::mutex queue_owner_mutex;
+StderrQueue* queue = nullptr;  // guarded by queue_owner_mutex
+
+// Every line the tool prints goes through here: command-line words that may carry a password
+// (a -m URI quoted in a usage error, say) are masked on the way out.
+// False if the line could not be written (a full disk, a closed pipe); a line queued for
+// stderr (QueuedStderr) counts as written. `keep`: queued even past the bound (a --json report).
+bool write_line(std::FILE* stream, std::string_view raw, bool keep = false) {
+  std::string text = mask_secrets(raw);
+  if (stream == stderr) {
+    const std::lock_guard owner(queue_owner_mutex);
+    if (queue != nullptr) {
+      const std::lock_guard guard(queue->mutex);
+      if (!keep && queue->bytes + text.size() > QueuedStderr::kMaxQueuedBytes) {
+        ++queue->dropped;
+      } else {
+        queue->bytes += text.size();
+        queue->lines.push_back(std::move(text));
+      }
+      queue->changed.notify_one();
+      return true;
+    }
+  }
+  return write_now(stream, text);
 }
 
 }  // namespace
@@ -115,9 +175,31 @@ void Output::failure(std::string_view headline, const redlock::Result& result) c
 
 bool Output::emit(std::FILE* stream, const Json& object) {
   // Replace, never throw, on bytes that are not UTF-8 (resource names are binary-safe).
-  return write_line(stream, object.dump(-1, ' ', false, Json::error_handler_t::replace));
+  return write_line(stream, object.dump(-1, ' ', false, Json::error_handler_t::replace), true);
 }
 
 void print_error(std::string_view text) { write_line(stderr, "redlock: " + std::string(text)); }
+
+QueuedStderr::QueuedStderr() {
+  auto made = std::make_unique<StderrQueue>();
+  made->writer = std::thread([raw = made.get()] { raw->run(); });
+  const std::lock_guard owner(queue_owner_mutex);
+  queue = made.release();
+}
+
+QueuedStderr::~QueuedStderr() {
+  StderrQueue* own = nullptr;
+  {
+    const std::lock_guard owner(queue_owner_mutex);
+    own = std::exchange(queue, nullptr);  // later lines are written at once, after these
+  }
+  {
+    const std::lock_guard guard(own->mutex);
+    own->closing = true;
+  }
+  own->changed.notify_one();
+  own->writer.join();
+  delete own;
+}
 
 }  // namespace redlock_cli

@@ -62,4 +62,21 @@ class Output {
 // "usage" errors always reach stderr, --quiet or not.
 void print_error(std::string_view text);
 
+// While one exists, lines for stderr are queued and written by a thread of its own, so that
+// no thread that must act on time (`run`'s supervisor, which sends SIGKILL; the Client's loop
+// thread, which renews the lease and prints the library's warnings) ever waits on a stderr
+// nobody reads: a full pipe, a paused terminal (a review: a stuck stderr kept SIGKILL from a
+// command that ignored SIGTERM, and stopped the renewals). At most kMaxQueuedBytes wait; lines
+// beyond are dropped and counted, and the writer says how many once it gets through. The
+// destructor waits until everything queued has been written (which may be forever, if nobody
+// ever reads stderr: by then nothing runs under the lock). One at a time.
+class QueuedStderr {
+ public:
+  QueuedStderr();
+  ~QueuedStderr();
+  QueuedStderr(const QueuedStderr&) = delete;
+  QueuedStderr& operator=(const QueuedStderr&) = delete;
+  static constexpr std::size_t kMaxQueuedBytes = 1u << 20;
+};
+
 }  // namespace redlock_cli

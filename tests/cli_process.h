@@ -95,6 +95,9 @@ struct Streams {
   bool close_stderr = false;
   std::string stdout_path;  // instead of the file wait() reads, if set
   bool stdout_to_closed_pipe = false;  // a pipe whose read end is closed (a reader that has gone)
+  // stderr into a pipe of one page that nobody reads until the test does (stderr_pipe()):
+  // a stuck log reader, a paused terminal.
+  bool stderr_to_unread_pipe = false;
 };
 
 // One child process, its streams as `streams` says, in its own process group. The destructor
@@ -126,7 +129,17 @@ class Process {
     } else {
       out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     }
-    const int err = ::open((dir_ / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int err = -1;
+    if (streams.stderr_to_unread_pipe) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC) == 0) {
+        ::fcntl(ends[1], F_SETPIPE_SZ, 4096);
+        stderr_read_ = ends[0];
+        err = ends[1];
+      }
+    } else {
+      err = ::open((dir_ / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    }
     if (in < 0 || out < 0 || err < 0) throw std::runtime_error("open failed");
 
     started_ = SteadyClock::now();
@@ -154,6 +167,7 @@ class Process {
       ::kill(-pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
+    if (stderr_read_ >= 0) ::close(stderr_read_);
     std::error_code ignored;
     fs::remove_all(dir_, ignored);
   }
@@ -162,6 +176,8 @@ class Process {
   Process& operator=(const Process&) = delete;
 
   [[nodiscard]] pid_t pid() const { return pid_; }
+  // Streams::stderr_to_unread_pipe: the read end (the test reads it when it wants to).
+  [[nodiscard]] int stderr_pipe() const { return stderr_read_; }
 
   // Whether the process has exited. It stays a zombie (its pid and process group are not
   // reused) until wait().
@@ -198,13 +214,14 @@ class Process {
       result.signaled = true;
     }
     result.out = read_file(dir_ / "stdout");
-    result.err = read_file(dir_ / "stderr");
+    if (stderr_read_ < 0) result.err = read_file(dir_ / "stderr");
     return result;
   }
 
  private:
   fs::path dir_;
   pid_t pid_ = -1;
+  int stderr_read_ = -1;
   bool reaped_ = false;
   SteadyClock::time_point started_;
 };

@@ -1556,6 +1556,102 @@ TEST_F(CliTest, RunNoticingTheLossTooLateSendsSigkillAtOnce) {
   EXPECT_TRUE(lease.at("group_gone_ns").is_number()) << lease.dump();
 }
 
+// A review: a loss is seen at the next renewal, and a command that ended before it exited with
+// its own status (0, "ok": true) although the key had been deleted while it ran and a second
+// `run` had run beside it for 1.1 s. The release, sent before the deadline, finds the token
+// gone: exit 75, and the report says the lock was lost.
+TEST_F(CliTest, RunWhoseLockWasDeletedWhileTheCommandRanExits75) {
+  TempDir dir;
+  Process tool(with_masters({"--json", "--ttl", "6s", "run", "job", "--", "sh", "-c",
+                             "echo $$ > \"$1\"; while [ ! -e \"$2\" ]; do sleep 0.02; done", "sh",
+                             (dir / "pid").string(), (dir / "go").string()}));
+  ASSERT_GT(wait_for_pid_file(dir / "pid"), 0);
+  for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", "redlock:job"});
+  std::ofstream(dir / "go") << "go\n";  // the command ends long before the first renewal (2 s)
+  const Finished f = tool.wait();
+  EXPECT_EQ(f.exit_code, 75) << describe(f);
+  const auto report = last_json_line(f.err);
+  EXPECT_EQ(report.value("outcome", ""), "lost") << f.err;
+  EXPECT_EQ(report.value("lock_lost", false), true) << f.err;
+  EXPECT_EQ(report.value("extends", -1), 0) << f.err;
+  const auto reason = report.value("lost_reason", nlohmann::json());
+  EXPECT_TRUE(reason.is_string() && reason.get<std::string>().find("token gone") != std::string::npos) << f.err;
+
+  // Released in time with the token in place everywhere: the command's own status, as before.
+  Process kept(with_masters({"--json", "--ttl", "6s", "run", "job", "--", "sh", "-c", "exit 3"}));
+  const Finished ok = kept.wait();
+  EXPECT_EQ(ok.exit_code, 3) << describe(ok);
+  EXPECT_EQ(last_json_line(ok.err).value("lock_lost", true), false) << ok.err;
+}
+
+// A review: with stderr a pipe nobody read, the note of a loss blocked the supervising thread
+// after SIGTERM and before SIGKILL, so a command that ignores SIGTERM ran on past the deadline
+// while another holder had the lock (3 of 3); the library's warnings, printed from the loop
+// thread, stopped the renewals the same way. Lines for stderr are queued to a writer thread.
+TEST_F(CliTest, RunKillsTheCommandInTimeWhileNobodyReadsItsStderr) {
+  TempDir dir;
+  GroupGuard guard;
+  Streams streams;
+  streams.stderr_to_unread_pipe = true;
+  // The command fills the pipe itself (its stderr is redlock's) and ignores SIGTERM.
+  Process tool(with_masters({"--ttl", "3s", "run", "job", "--", "sh", "-c",
+                             "echo $$ > \"$1\"; trap '' TERM; head -c 100000 /dev/zero >&2 & "
+                             "while :; do sleep 0.05; done",
+                             "sh", (dir / "pid").string()}),
+               {}, streams);
+  const pid_t command = wait_for_pid_file(dir / "pid");
+  ASSERT_GT(command, 0);
+  guard.watch(command);
+  ASSERT_TRUE(eventually([&] { return masters_holding("redlock:job") == masters_.size(); }));
+  const auto deleted = SteadyClock::now();
+  for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", "redlock:job"});
+  // The next renewal (within ttl/3 = 1 s) finds the key gone: SIGTERM, and SIGKILL 300 ms
+  // later, all well within the 3 s the lock had left when it was deleted.
+  EXPECT_TRUE(eventually([&] { return live_members(command).empty(); }, 3s))
+      << "the command still ran "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - deleted).count()
+      << " ms after its key was deleted";
+  // Now read stderr, so that redlock can finish.
+  std::string err;
+  std::thread reader([&] {
+    char buffer[4096];
+    for (ssize_t got; (got = ::read(tool.stderr_pipe(), buffer, sizeof buffer)) != 0;) {
+      if (got > 0) err.append(buffer, static_cast<std::size_t>(got));
+      if (got < 0 && errno != EINTR) break;
+    }
+  });
+  const Finished f = tool.wait(20s);
+  reader.join();
+  EXPECT_EQ(f.exit_code, 75) << describe(f) << err.substr(err.size() > 2000 ? err.size() - 2000 : 0);
+  EXPECT_NE(err.find("lost the lock"), std::string::npos);
+}
+
+// A review: a command whose first process moved itself into another process group of the
+// session was waited for and renewed for, but never signalled (the group it left was empty),
+// and ran on after the loss while redlock said it had sent SIGKILL.
+TEST_F(CliTest, RunSignalsAFirstProcessThatLeftItsGroup) {
+  TempDir dir;
+  GroupGuard guard;
+  // perl's setpgrp into the tool's own group (the test made it a group of its own): a group
+  // of the same session, as setpgid(2) allows.
+  Process tool(with_masters({"--ttl", "3s", "run", "job", "--", "perl", "-e",
+                             "setpgrp(0, getpgrp(getppid())) or die; "
+                             "open(my $f, '>', $ARGV[0]) or die; print $f \"$$\\n\"; close($f); "
+                             "$SIG{TERM} = 'IGNORE'; sleep 1 while 1;",
+                             (dir / "pid").string()}));
+  const pid_t command = wait_for_pid_file(dir / "pid");
+  ASSERT_GT(command, 0);
+  guard.watch(tool.pid());
+  ASSERT_NE(::getpgid(command), command) << "the command did not leave its group";
+  ASSERT_TRUE(eventually([&] { return masters_holding("redlock:job") == masters_.size(); }));
+  for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", "redlock:job"});
+  EXPECT_TRUE(
+      eventually([&] { return ::kill(command, 0) != 0 || proc_stat(command).value_or(ProcStat{}).state == 'Z'; }, 3s))
+      << "the command still runs after the loss";
+  const Finished f = tool.wait(10s);
+  EXPECT_EQ(f.exit_code, 75) << describe(f);
+}
+
 // ---------------------------------------------------------------------------------------
 // Issue 11: run keeps its lock with the library's lease (redlock::Lease). What the lease says
 // (LossReason taken / restarted / deadline) decides when the command's group is stopped.
