@@ -31,7 +31,11 @@
 // (std::stop_callbacks registered on it run there and then; on a caller's loop one may destroy
 // the Client, as a completion callback may), and on_lost is called (at most once). lost() and loss() say so from then
 // on, on any thread. Each signal is raised before the lock's deadline: the deadline case by loss_margin, the others as
-// soon as the Client knows. docs/leases.md gives the timing argument and what the margin must cover.
+// soon as the Client knows, provided the loop thread runs the lease's timer within the margin: stop and on_lost come
+// as late as the loop does (a callback that blocks; a review saw on_lost up to 96 ms after the deadline with a 100 ms
+// margin while thousands of keys with waiters on the same Client were flooded with release announcements). lost()
+// asked on the holder's own thread does not wait for the loop. docs/leases.md gives the timing argument and what the
+// margin must cover.
 //
 // Defaults. renew_fraction 1/3; ttl: the lock's own. loss_margin: max(2 * command_timeout,
 // ttl / 10), but never more than half of the time between the first renewal and the deadline
@@ -92,7 +96,8 @@ struct LeaseOptions {
   std::optional<Milliseconds> loss_margin;
   // Ttl of each renewal (default: the lock's ttl).
   std::optional<Milliseconds> ttl;
-  // Called on the loop thread, at most once, before the deadline. Must not block; its
+  // Called on the loop thread, at most once, before the deadline when the loop is not held
+  // up past loss_margin (see "Loss" above). Must not block; its
   // exceptions are caught and discarded.
   // It must not destroy the Client.
   std::function<void(LossReason, const Lock&)> on_lost;
