@@ -749,6 +749,10 @@ int RunSession::start_watchdog() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return -1;
   const pid_t group = child_;
+  // The first process may have left the group (signal_group): it gets the SIGKILL itself too.
+  // Its pid cannot be reused meanwhile: it is redlock's unreaped child, and redlock reaps
+  // nothing before the watchdog is gone (stop_self, finish_watchdog).
+  const pid_t first = child_status_ ? -1 : child_;
   const pid_t pid = ::fork();
   if (pid == 0) {
     // The child of a threaded process: async-signal-safe calls only. The group's id stays
@@ -773,6 +777,7 @@ int RunSession::start_watchdog() {
       break;                     // redlock is gone
     }
     ::kill(-group, SIGKILL);
+    if (first > 0) ::kill(first, SIGKILL);
     ::_exit(kWatchdogKilled);
   }
   ::close(fds[0]);

@@ -774,6 +774,36 @@ TEST_F(CliTest, ACommandContinuedBehindAStoppedRedlockIsKilledBeforeTheDeadline)
   EXPECT_NE(tool.screen().find("its watchdog killed the group"), std::string::npos) << tool.screen();
 }
 
+// A review of the fix in RunSignalsAFirstProcessThatLeftItsGroup: the watchdog that stops the
+// command while redlock itself is stopped killed only the group, which the first process had
+// left: continued behind redlock's back, it ran on unlocked (about 5 s past the deadline).
+TEST_F(CliTest, AFirstProcessThatLeftItsGroupIsKilledByTheWatchdogToo) {
+  TempDir dir;
+  const fs::path counter = dir / "counter";
+  PtyProcess tool(with_masters(
+      {"--ttl", "2s", "run", "job", "--", "perl", "-e",
+       "setpgrp(0, getpgrp(getppid())) or die; open(my $f, '>', $ARGV[0]) or die; print $f \"$$\\n\"; close($f); "
+       "$SIG{TERM} = 'IGNORE'; my $i = 0; while (1) { $i++; open(my $c, '>', $ARGV[1]) or die; print $c \"$i\\n\"; "
+       "close($c); select(undef, undef, undef, 0.05); }",
+       (dir / "pid").string(), counter.string()}));
+  const pid_t command = wait_for_pid_file(dir / "pid");
+  ASSERT_GT(command, 0) << tool.screen();
+  ASSERT_TRUE(counts_on(counter, 5s)) << "the loop does not run";
+  ASSERT_NE(::getpgid(command), command) << "the command did not leave its group";
+  ASSERT_EQ(::kill(command, SIGSTOP), 0);
+  ASSERT_TRUE(tool.wait_stopped(5s)) << tool.screen();
+  ASSERT_EQ(::kill(command, SIGCONT), 0);  // continued behind redlock's back
+  ASSERT_TRUE(counts_on(counter, 5s)) << "continued, the loop does not run";
+  // The lease runs out while redlock is stopped; its watchdog must end the command by then.
+  EXPECT_TRUE(
+      eventually([&] { return ::kill(command, 0) != 0 || proc_stat(command).value_or(ProcStat{}).state == 'Z'; }, 6s))
+      << "the command runs on while redlock is stopped and its lock runs out";
+  EXPECT_FALSE(counts_on(counter, 500ms));
+  ASSERT_EQ(::kill(tool.pid(), SIGCONT), 0);
+  EXPECT_EQ(tool.wait_exit(10s), 75) << tool.screen();
+  if (::kill(command, 0) == 0 && proc_stat(command).value_or(ProcStat{}).state != 'Z') ::kill(command, SIGKILL);
+}
+
 // Without `--`, redlock's own options were taken from the command's words (CLI11 lets global
 // options follow the subcommand): `run job ./work.sh --prefix /srv/` locked '/srv/job', not
 // 'redlock:job', so a `run job -- ./work.sh` beside it was granted too; `grep -q` lost its -q.
