@@ -63,6 +63,16 @@ bool is_acl_refusal(const redisReply& reply) {
   return text.starts_with("NOPERM") || text.find("can't run this command") != std::string_view::npos;
 }
 
+// Redis 7: "NOPERM this user has no permissions to run the 'x' command" for a command, "...
+// to access one of the keys / channels ..." for its arguments; inside a script "The user
+// executing the script can't run this command or subcommand" (and "can't access ..." for keys).
+bool is_command_refusal(const redisReply& reply) {
+  if (!is_error(reply)) return false;
+  const std::string_view text(reply.str, reply.len);
+  return (text.starts_with("NOPERM") && text.find("permissions to run the") != std::string_view::npos) ||
+         text.find("can't run this command") != std::string_view::npos;
+}
+
 std::vector<HandshakeStep> LockCommands::handshake_steps() const {
   std::vector<HandshakeStep> steps;
   for (const Script* script :

@@ -81,10 +81,11 @@ void Round::close() {
 }
 
 void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) {
-  if (reply != nullptr && is_acl_refusal(*reply)) {
+  if (reply != nullptr && is_command_refusal(*reply)) {
     // The ACL changed under the live connection (docs/permissions.md): no lock goes there
     // until the check proves the permission again. The row itself stays a server_error: a
-    // script refused part way may have run the commands before the refused one.
+    // script refused part way may have run the commands before the refused one. (A key the
+    // user may not touch fails this round alone: AclTest.AKeyOutsideTheUsersPatternsFailsThatLockAlone.)
     context_.masters.permission_refused(index, touches_fence_counter(args_.kind, args_.fencing),
                                         std::string_view(reply->str, reply->len));
   }

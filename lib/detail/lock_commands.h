@@ -159,6 +159,9 @@ struct ReplyVote {
 // The ACL refused the command (NOPERM, or a script's "can't run this command"): this user's
 // rights, not the server's state (READONLY, OOM, LOADING...). In permission_probe.cpp.
 [[nodiscard]] bool is_acl_refusal(const redisReply& reply);
+// Of those, a command this user may not run (not a key or channel it may not touch: with key
+// patterns narrower than the prefix, that refuses one lock, not the master).
+[[nodiscard]] bool is_command_refusal(const redisReply& reply);
 
 // The lock's commands for one Client (its key prefix and fencing counter key).
 class LockCommands {
