@@ -66,6 +66,11 @@ bool is_acl_refusal(const redisReply& reply) {
 // Redis 7: "NOPERM this user has no permissions to run the 'x' command" for a command, "...
 // to access one of the keys / channels ..." for its arguments; inside a script "The user
 // executing the script can't run this command or subcommand" (and "can't access ..." for keys).
+bool is_key_refusal_text(std::string_view text) {
+  return (text.starts_with("NOPERM") && text.find("access one of the keys") != std::string_view::npos) ||
+         text.find("can't access at least one of the keys") != std::string_view::npos;
+}
+
 bool is_command_refusal(const redisReply& reply) {
   if (!is_error(reply)) return false;
   const std::string_view text(reply.str, reply.len);

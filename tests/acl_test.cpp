@@ -420,6 +420,40 @@ TEST(AclTest, APermissionTakenAwayFromALiveConnectionStopsTheLocksSentThere) {
   EXPECT_EQ(warnings.all().find(kPassword), std::string::npos);
 }
 
+// A review of the test above's fix: the first version marked a master not_permitted on any
+// refusal, a key outside the user's key patterns included, so with an ACL narrower than the
+// documented one (per-tenant patterns) one acquire of a name outside them made every master
+// refuse every lock for up to reconnect_max, and kept doing so (9 of 60 acquires of a
+// permitted key granted with an outside name every 500 ms). Only a command the user may not
+// run marks the master; a key it may not touch fails that round alone.
+TEST(AclTest, AKeyOutsideTheUsersPatternsFailsThatLockAlone) {
+  Masters masters(3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    std::vector<std::string> rules = documented_acl({}, "~redlock:job-*");
+    rules.insert(rules.begin() + 7, "~redlock:__redlock_probe*");
+    masters.set_user(i, rules);
+  }
+  Warnings warnings;
+  auto options = lock_user_options(masters, warnings);
+  options.retry_count = 0;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  for (int round = 0; round < 3; ++round) {
+    const Result outside = client.acquire("other");
+    EXPECT_FALSE(outside.ok()) << format_result(outside);
+    const Result inside = client.acquire("job-1");
+    ASSERT_TRUE(inside.ok()) << format_result(inside);
+    EXPECT_EQ(inside.count(MasterStatus::not_permitted), 0u) << format_result(inside);
+    EXPECT_TRUE(client.release(*inside.lock));
+  }
+  EXPECT_EQ(warnings.count_with("may not run the lock's commands"), 0u) << warnings.all();
+  // The refused SETs set nothing, so their releases (refused too) leave nothing behind: no
+  // "the key stays there until its ttl" (the review saw one per master and attempt).
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(warnings.count_with("stays there until its ttl"), 0u) << warnings.all();
+  EXPECT_EQ(with_key(masters.group, "redlock:other"), 0u);
+}
+
 // A release refused after a failed acquire (READONLY here: the ACL changed under a live
 // connection, which the check cannot see before the next reconnect) is warned about with
 // the master and the key.

@@ -162,6 +162,8 @@ struct ReplyVote {
 // Of those, a command this user may not run (not a key or channel it may not touch: with key
 // patterns narrower than the prefix, that refuses one lock, not the master).
 [[nodiscard]] bool is_command_refusal(const redisReply& reply);
+// An error text saying the ACL refused this user a key of the command (direct or in a script).
+[[nodiscard]] bool is_key_refusal_text(std::string_view text);
 
 // The lock's commands for one Client (its key prefix and fencing counter key).
 class LockCommands {
