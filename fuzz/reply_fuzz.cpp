@@ -44,13 +44,14 @@ namespace {
 
 using redlock::MasterStatus;
 using redlock::detail::classify_reply;
+using redlock::detail::read_config_get;
+using redlock::detail::read_info_persistence;
+using redlock::detail::read_info_replication;
+using redlock::detail::read_info_server;
 using redlock::detail::ReplyLimits;
 using redlock::detail::ReplyPtr;
 using redlock::detail::ReplyReader;
 using redlock::detail::ReplyVote;
-using redlock::detail::read_config_get;
-using redlock::detail::read_info_persistence;
-using redlock::detail::read_info_server;
 using redlock::detail::RoundKind;
 using redlock::detail::ServerInfo;
 
@@ -150,6 +151,13 @@ void check_handshake_reply(const redisReply& reply, std::uint64_t read_at_ns) {
   FUZZ_CHECK(persistence.aof_rewrites >= -1, "INFO persistence read a negative rewrite count");
   FUZZ_CHECK(reply.type == REDIS_REPLY_STRING || (persistence.aof_rewrites == -1 && !persistence.aof_rewriting),
              "INFO persistence read a value from a reply that is not text");
+  ServerInfo replication;
+  read_info_replication(reply, replication);
+  FUZZ_CHECK(replication.role.empty() != replication.role_error.empty(),
+             "INFO replication gave both or neither of a role and a reason");
+  FUZZ_CHECK(replication.role.empty() || replication.role == "master" || replication.role == "replica",
+             "INFO replication read a role that is neither master nor replica");
+  FUZZ_CHECK(replication.replica_of.size() <= 600, "INFO replication kept a long master address");
 }
 
 // Chunk sizes, as the input's byte [3] says.

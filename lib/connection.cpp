@@ -253,6 +253,7 @@ void Connection::start_handshake() {
   if (ep.db != 0) step(encode_command({"SELECT", std::to_string(ep.db)}), Step::must_succeed);
   info_ = ServerInfo{};
   step(encode_command({"INFO", "server"}), Step::server_info);
+  step(encode_command({"INFO", "replication"}), Step::replication);
   for (const char* parameter : kConfigRead) {
     step(encode_command({"CONFIG", "GET", parameter}), Step::config_get);
   }
@@ -296,7 +297,17 @@ void Connection::on_handshake_done() {
     if (generation != generation_ || state_ != State::ready) return;  // a sink closed it
   }
   if (on_ready) on_ready();
-  if (generation == generation_ && state_ == State::ready) flush();
+  if (generation != generation_ || state_ != State::ready) return;
+  flush();
+  if (!info_.not_permitted.empty() || !info_.fence_not_permitted.empty()) {
+    // Restricted: checked again every reconnect_max, so that an ACL fixed meanwhile is seen
+    // without waiting for an unrelated reconnect (a review: a two-step ACL change that broke
+    // the lock paths for 100 ms left every master excluded for good once the reconnect made
+    // by the first refusal had found it broken).
+    recheck_not_before_ns_ = std::max(recheck_not_before_ns_, deadline_after(now_ns(), options_.reconnect_max));
+    recheck_wanted_ = true;
+    recheck_permissions();  // arms its timer
+  }
 }
 
 namespace {
@@ -382,6 +393,8 @@ void Connection::deliver(Pending pending, const redisReply* reply) {
 void Connection::on_handshake_reply(Step step, const redisReply* reply) {
   if (step == Step::server_info) {
     read_info_server(*reply, now_ns(), info_);
+  } else if (step == Step::replication) {
+    read_info_replication(*reply, info_);
   } else if (step == Step::persistence) {
     read_info_persistence(*reply, info_);
   } else if (step == Step::config_get) {

@@ -111,13 +111,27 @@ std::optional<std::uint64_t> MasterSet::counted_in_ns(std::uint32_t index) const
 
 std::optional<std::string> MasterSet::not_counted(std::uint32_t index, bool fenced) const {
   const ServerInfo& info = server_info(index);
+  if (info.role == "replica") return replica_reason(info);
   if (auto why = guard_.not_counted(index, info)) return why;
   if (fenced && !catch_up_.ready(index)) return std::string("fencing counter not caught up since this master (re)started");
   return std::nullopt;
 }
 
+// A replica that accepts writes (replica-read-only no) grants a lock's SET, and a full resync
+// from its own master then wipes the key and the fencing counter while its run_id and our
+// connection stay: the restart guard sees nothing (a review: two holders 5 of 5, fencing
+// tokens 8 -> 1). A read-only one refuses the SET (READONLY) anyway.
+std::string MasterSet::replica_reason(const ServerInfo& info) {
+  return "a replica (of " + info.replica_of +
+         "), not a master: a resync from its master wipes its keys and fencing counter, so its grants are not "
+         "counted; list only independent masters";
+}
+
 void MasterSet::on_ready(std::uint32_t index) {
   const ServerInfo& info = connections_[index]->server_info();
+  if (info.role == "replica") {
+    diagnostics_.warn("master " + names_[index] + " is " + replica_reason(info), names_[index] + " (replica)");
+  }
   const bool new_incarnation = guard_.observe(index, info);
   if (new_incarnation) {
     warned_[index].twin = false;

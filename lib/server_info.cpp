@@ -66,6 +66,27 @@ void read_info_server(const redisReply& reply, std::uint64_t read_at_ns, ServerI
   info.started_ns = at_least_ns < read_at_ns ? read_at_ns - at_least_ns : 0;
 }
 
+void read_info_replication(const redisReply& reply, ServerInfo& info) {
+  if (reply.type != REDIS_REPLY_STRING) {
+    info.role_error = "INFO replication failed: " + (reply.type == REDIS_REPLY_ERROR
+                                                         ? kept_server_text(std::string_view(reply.str, reply.len))
+                                                         : std::string("unexpected reply"));
+    return;
+  }
+  const std::string_view text(reply.str, reply.len);
+  const std::string_view role = info_field(text, "\nrole:");
+  if (role == "master") {
+    info.role = "master";
+  } else if (role == "slave") {
+    info.role = "replica";
+    const std::string_view host = info_field(text, "\nmaster_host:");
+    const std::string_view port = info_field(text, "\nmaster_port:");
+    info.replica_of = kept_server_text(std::string(host) + ":" + std::string(port));
+  } else {
+    info.role_error = "INFO replication has no role";
+  }
+}
+
 void read_info_persistence(const redisReply& reply, ServerInfo& info) {
   if (reply.type != REDIS_REPLY_STRING) return;
   const std::string_view text(reply.str, reply.len);

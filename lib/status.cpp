@@ -176,20 +176,13 @@ void StatusQuery::read(std::uint32_t index, Command command, const redisReply& r
       return;
     }
     case kInfoReplication: {
-      if (reply.type != REDIS_REPLY_STRING) {
-        report.role_error = "INFO replication failed: " +
-                            (error ? diagnostics_.shown(text_of(reply)) : std::string("unexpected reply"));
-        return;
-      }
-      const std::string_view role = info_field(text_of(reply), "role");
-      if (role == "master") {
-        report.role = "master";
-      } else if (role == "slave") {
-        report.role = "replica";
-        report.replica_of = diagnostics_.shown(std::string(info_field(text_of(reply), "master_host")) + ":" +
-                                               std::string(info_field(text_of(reply), "master_port")));
+      ServerInfo read;
+      read_info_replication(reply, read);
+      if (read.role.empty()) {
+        report.role_error = diagnostics_.shown(read.role_error);
       } else {
-        report.role_error = "INFO replication has no role";
+        report.role = read.role;
+        report.replica_of = diagnostics_.shown(read.replica_of);
       }
       return;
     }

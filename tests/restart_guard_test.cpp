@@ -670,4 +670,43 @@ TEST(RestartGuardTest, ATtlLongerThanTheGuardWindowIsRefused) {
 }
 
 }  // namespace
+// A review: a replica that accepts writes (replica-read-only no), listed as a master, grants
+// the lock's SET; a full resync from its own master then wipes the key (and the fencing
+// counter) while its run_id and the connection stay, so the restart guard sees nothing and a
+// second client was granted beside the first (5 of 5; fencing tokens went 8 -> 1). The
+// handshake reads INFO replication: a replica's grants are not counted.
+TEST(RestartGuardTest, AWritableReplicaListedAsAMasterIsNotCounted) {
+  RedisServerGroup masters(3);
+  RedisServerGroup upstream(1);
+  masters[1].command({"CONFIG", "SET", "replica-read-only", "no"});
+  masters[1].command({"REPLICAOF", "127.0.0.1", std::to_string(upstream[0].port())});
+  ASSERT_TRUE(eventually(
+      [&] {
+        return masters[1].command({"INFO", "replication"}).str.find("master_link_status:up") != std::string::npos;
+      },
+      10s));
+  auto options = options_for(masters);
+  std::vector<std::string> warnings;
+  std::mutex warnings_mutex;
+  options.on_warning = [&](const std::string& warning) {
+    const std::lock_guard hold(warnings_mutex);
+    warnings.push_back(warning);
+  };
+  options.retry_count = 0;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  // With the third master gone, the replica's vote would complete the quorum.
+  masters[2].stop();
+  const Result result = client.acquire("replicated");
+  EXPECT_FALSE(result.ok()) << format_result(result);
+  EXPECT_EQ(result.masters[1].status, MasterStatus::not_counted) << format_result(result);
+  EXPECT_NE(result.masters[1].error.find("replica"), std::string::npos) << format_result(result);
+  if (result.ok()) client.release(*result.lock);
+  const std::lock_guard hold(warnings_mutex);
+  std::string all;
+  for (const auto& warning : warnings) all += warning + "\n";
+  EXPECT_NE(all.find("is a replica (of 127.0.0.1:" + std::to_string(upstream[0].port()) + ")"), std::string::npos)
+      << all;
+}
+
 }  // namespace redlock::testing

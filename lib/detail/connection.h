@@ -117,6 +117,8 @@ class Connection {
   // more; once every command already sent here has been answered, the connection reconnects
   // so that the check runs again (not sooner than reconnect_max after the last reconnect made
   // for this: a refusal the check does not foresee must not make it reconnect over and over).
+  // A connection whose check finds the user restricted is checked again the same way every
+  // reconnect_max, so that a fixed ACL is seen.
   // Returns whether the master was permitted (for that) until now.
   bool permission_refused(bool fencing_only, std::string_view refusal);
 
@@ -175,13 +177,14 @@ class Connection {
   struct Socket;
   // The connection's own handshake commands and what their replies mean.
   enum class Step : std::uint8_t {
-    command,         // a caller's command: the reply goes to the sink
-    must_succeed,    // AUTH, SELECT: an error reply fails the connection
-    checked,         // a HandshakeStep: its check reads the reply (tag: index in steps_)
-    late,            // a caller's command whose sender no longer needs the reply: dropped
-    server_info,     // INFO server: run_id, uptime_in_seconds
-    persistence,     // INFO persistence: AOF rewrites since the start (restart guard)
-    config_get,      // CONFIG GET <one parameter>: maxmemory-policy, appendonly, appendfsync
+    command,       // a caller's command: the reply goes to the sink
+    must_succeed,  // AUTH, SELECT: an error reply fails the connection
+    checked,       // a HandshakeStep: its check reads the reply (tag: index in steps_)
+    late,          // a caller's command whose sender no longer needs the reply: dropped
+    server_info,   // INFO server: run_id, uptime_in_seconds
+    replication,   // INFO replication: role
+    persistence,   // INFO persistence: AOF rewrites since the start (restart guard)
+    config_get,    // CONFIG GET <one parameter>: maxmemory-policy, appendonly, appendfsync
   };
   struct Pending {
     std::shared_ptr<ReplySink> sink;  // null for handshake steps

@@ -35,6 +35,11 @@ struct ServerInfo {
   long long aof_rewrites = -1;
   bool aof_rewriting = false;
   std::string error;        // why run_id is unknown
+  // INFO replication: "master", "replica" (then replica_of is "host:port" as the server says),
+  // or empty when unknown (role_error says why: INFO refused, no role field).
+  std::string role;
+  std::string replica_of;
+  std::string role_error;
   // The permission check (LockCommands::handshake_steps, docs/permissions.md): why this
   // connection's user may not run the lock paths, or the fencing paths; empty when proven
   // (the fencing part also when the server cannot tell: Redis before 7.0).
@@ -66,6 +71,9 @@ struct ServerInfo {
 // INFO server: run_id and uptime_in_seconds, read at `read_at_ns` (loop time), set run_id and
 // started_ns, or error when the reply has neither.
 void read_info_server(const redisReply& reply, std::uint64_t read_at_ns, ServerInfo& info);
+// INFO replication: role, and the master's host and port when a replica (role, replica_of,
+// role_error above). The handshake and `redlock status` both read it so.
+void read_info_replication(const redisReply& reply, ServerInfo& info);
 // INFO persistence: aof_rewrites, aof_last_rewrite_time_sec, aof_rewrite_in_progress,
 // aof_rewrite_scheduled; anything else (an error, a field missing) leaves `info` alone
 // (unknown: not on since the start).
