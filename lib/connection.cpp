@@ -299,12 +299,16 @@ void Connection::on_handshake_done() {
   if (on_ready) on_ready();
   if (generation != generation_ || state_ != State::ready) return;
   flush();
-  if (!info_.not_permitted.empty() || !info_.fence_not_permitted.empty()) {
-    // Restricted: checked again every reconnect_max, so that an ACL fixed meanwhile is seen
-    // without waiting for an unrelated reconnect (a review: a two-step ACL change that broke
-    // the lock paths for 100 ms left every master excluded for good once the reconnect made
-    // by the first refusal had found it broken).
-    recheck_not_before_ns_ = std::max(recheck_not_before_ns_, deadline_after(now_ns(), options_.reconnect_max));
+  if (!info_.not_permitted.empty()) {
+    // Sent no lock: checked again every reconnect_max (jittered), so that an ACL fixed meanwhile
+    // is seen without waiting for an unrelated reconnect (a review: a two-step ACL change that
+    // broke the lock paths for 100 ms left every master excluded for good once the reconnect
+    // made by the first refusal had found it broken). Not when only the fencing paths are
+    // refused: such a master still takes plain locks, and reconnecting it every reconnect_max
+    // failed them (a review: every master at once, every 2 s); as before, a reconnect for
+    // another reason (or a fenced round's refusal) checks it again.
+    recheck_not_before_ns_ =
+        std::max(recheck_not_before_ns_, deadline_after(now_ns(), jittered(options_.reconnect_max)));
     recheck_wanted_ = true;
     recheck_permissions();  // arms its timer
   }
@@ -557,8 +561,11 @@ void Connection::recheck_permissions() {
     }
     return;
   }
-  recheck_not_before_ns_ = deadline_after(now, options_.reconnect_max);
-  fail("the ACL refused a lock command on this connection: reconnecting to check the permissions again");
+  recheck_not_before_ns_ = deadline_after(now, jittered(options_.reconnect_max));
+  fail(info_.not_permitted.empty() && info_.fence_not_permitted.empty()
+           ? "reconnecting to check the permissions again"
+           : "reconnecting to check the permissions again (" +
+                 (info_.not_permitted.empty() ? info_.fence_not_permitted : info_.not_permitted) + ")");
 }
 
 void Connection::fail(std::string reason) {

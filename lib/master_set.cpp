@@ -113,6 +113,14 @@ std::optional<std::string> MasterSet::not_counted(std::uint32_t index, bool fenc
   const ServerInfo& info = server_info(index);
   if (info.role == "replica") return replica_reason(info);
   if (auto why = guard_.not_counted(index, info)) return why;
+  if (guard_.enabled() && info.role.empty()) {
+    // The guard's promise covers keys a master forgets; a writable replica forgets them at its
+    // next resync, so with the guard on a master that cannot be told from one does not vote
+    // (a review: INFO replication alone refused by the ACL let a replica vote).
+    return "role unknown (" + info.role_error +
+           "): it may be a replica, whose keys a resync wipes, so the restart guard does not count it; allow INFO "
+           "to the lock user (docs/permissions.md)";
+  }
   if (fenced && !catch_up_.ready(index)) return std::string("fencing counter not caught up since this master (re)started");
   return std::nullopt;
 }

@@ -117,8 +117,8 @@ class Connection {
   // more; once every command already sent here has been answered, the connection reconnects
   // so that the check runs again (not sooner than reconnect_max after the last reconnect made
   // for this: a refusal the check does not foresee must not make it reconnect over and over).
-  // A connection whose check finds the user restricted is checked again the same way every
-  // reconnect_max, so that a fixed ACL is seen.
+  // A connection whose check finds the user may not run the lock paths (not_permitted) is
+  // checked again the same way every reconnect_max (jittered), so that a fixed ACL is seen.
   // Returns whether the master was permitted (for that) until now.
   bool permission_refused(bool fencing_only, std::string_view refusal);
 
