@@ -110,7 +110,7 @@ class Connection {
   // Writes everything queued since the last flush. Called before the loop polls.
   void flush();
 
-  // The ACL refused a lock command on this ready connection (is_acl_refusal): Redis applies
+  // The ACL refused a lock command on this ready connection (is_command_refusal): Redis applies
   // ACL SETUSER to live connections at once, which the handshake's check could not see.
   // `refusal` (the server's text) becomes ServerInfo::not_permitted (fence_not_permitted when
   // `fencing_only`: the round touched the fencing counter), so that no lock is sent here any

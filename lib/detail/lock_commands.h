@@ -156,8 +156,9 @@ struct ReplyVote {
 // NOSCRIPT: the script cache lost the script (flushed, or the master restarted): nothing ran.
 [[nodiscard]] bool is_noscript(const redisReply* reply) noexcept;
 
-// The ACL refused the command (NOPERM, or a script's "can't run this command"): this user's
-// rights, not the server's state (READONLY, OOM, LOADING...). In permission_probe.cpp.
+// The ACL refused the command (NOPERM; inside a script Redis 7.0's "The user executing the
+// script can't ..." or 7.2's "ACL failure in script"): this user's rights, not the server's
+// state (READONLY, OOM, LOADING...). In permission_probe.cpp.
 [[nodiscard]] bool is_acl_refusal(const redisReply& reply);
 // Of those, a command this user may not run (not a key or channel it may not touch: with key
 // patterns narrower than the prefix, that refuses one lock, not the master).
