@@ -299,14 +299,18 @@ void Connection::on_handshake_done() {
   if (on_ready) on_ready();
   if (generation != generation_ || state_ != State::ready) return;
   flush();
-  if (!info_.not_permitted.empty()) {
-    // Sent no lock: checked again every reconnect_max (jittered), so that an ACL fixed meanwhile
-    // is seen without waiting for an unrelated reconnect (a review: a two-step ACL change that
-    // broke the lock paths for 100 ms left every master excluded for good once the reconnect
-    // made by the first refusal had found it broken). Not when only the fencing paths are
-    // refused: such a master still takes plain locks, and reconnecting it every reconnect_max
-    // failed them (a review: every master at once, every 2 s); as before, a reconnect for
-    // another reason (or a fenced round's refusal) checks it again.
+  if (info_.fence_not_permitted.empty()) fencing_refused_live_ = false;
+  if (!info_.not_permitted.empty() || info_.role == "replica" ||
+      (fencing_refused_live_ && !info_.fence_not_permitted.empty())) {
+    // Excluded (sent no lock, or a replica, whose grants do not count): made again every
+    // reconnect_max (jittered), so that an ACL fixed meanwhile, or a replica promoted, is seen
+    // without waiting for an unrelated reconnect (reviews: a two-step ACL change that broke the
+    // lock paths for 100 ms left every master excluded for good once the reconnect made by the
+    // first refusal had found it broken; a promoted replica stayed not counted). A master
+    // restricted for fencing only still takes plain locks, which reconnecting it every
+    // reconnect_max failed (a review: every master at once, every 2 s): it is rechecked so only
+    // after a fenced round's refusal on a live connection showed the ACL changed (a review: a
+    // two-step change of INCR left fenced locks failing for good).
     recheck_not_before_ns_ =
         std::max(recheck_not_before_ns_, deadline_after(now_ns(), jittered(options_.reconnect_max)));
     recheck_wanted_ = true;
@@ -545,6 +549,7 @@ bool Connection::permission_refused(bool fencing_only, std::string_view refusal)
       "refused on the live connection (the ACL changed since the connection's check, which runs again at the "
       "reconnect): " +
       kept_server_text(refusal);
+  if (fencing_only) fencing_refused_live_ = true;
   recheck_wanted_ = true;
   return true;
 }
@@ -562,10 +567,10 @@ void Connection::recheck_permissions() {
     return;
   }
   recheck_not_before_ns_ = deadline_after(now, jittered(options_.reconnect_max));
-  fail(info_.not_permitted.empty() && info_.fence_not_permitted.empty()
-           ? "reconnecting to check the permissions again"
-           : "reconnecting to check the permissions again (" +
-                 (info_.not_permitted.empty() ? info_.fence_not_permitted : info_.not_permitted) + ")");
+  const std::string& why = !info_.not_permitted.empty() ? info_.not_permitted : info_.fence_not_permitted;
+  fail(!why.empty()              ? "reconnecting to check the permissions again (" + why + ")"
+       : info_.role == "replica" ? std::string("reconnecting to read its role again (a replica)")
+                                 : std::string("reconnecting to check the permissions again"));
 }
 
 void Connection::fail(std::string reason) {

@@ -365,6 +365,44 @@ TEST(AclTest, AMasterRestrictedForFencingOnlyIsNotReconnectedOverAndOver) {
   if (after.ok()) client.release(*after.lock);
 }
 
+// A review of the test above's fix: the fencing counter's permission taken away on live
+// connections for 100 ms and given back (a two-step ACL change): the reconnect made by the
+// first refused fenced round found it still refused, and nothing checked again, so fenced
+// acquires failed for good while plain ones worked. After such a refusal the fencing
+// permission is checked again every reconnect_max until it is back.
+TEST(AclTest, AFencingPermissionGivenBackAfterALiveRefusalIsSeen) {
+  Masters masters(3);
+  for (std::size_t i = 0; i < 3; ++i) masters.set_user(i, documented_acl());
+  Warnings warnings;
+  Client client(lock_user_options(masters, warnings));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  AcquireOptions fenced;
+  fenced.fencing = true;
+  Result first;
+  ASSERT_TRUE(eventually(
+      [&] {
+        first = client.acquire("fenced", fenced);
+        if (first.ok()) client.release(*first.lock);
+        return first.ok();
+      },
+      10s))
+      << format_result(first);
+  for (std::size_t i = 0; i < 3; ++i) masters.set_user(i, {"ACL", "SETUSER", kUser, "-incr"});
+  const Result refused = client.acquire("fenced", fenced);
+  EXPECT_FALSE(refused.ok()) << format_result(refused);
+  std::this_thread::sleep_for(100ms);  // the reconnects made by the refusals find INCR refused
+  for (std::size_t i = 0; i < 3; ++i) masters.set_user(i, {"ACL", "SETUSER", kUser, "+incr"});
+  Result again;
+  EXPECT_TRUE(eventually(
+      [&] {
+        again = client.acquire("fenced", fenced);
+        if (again.ok()) client.release(*again.lock);
+        return again.ok();
+      },
+      5s))
+      << format_result(again);
+}
+
 // CONFIG GET is optional: without it the masters are used; only durable detection and the
 // eviction warning are lost.
 TEST(AclTest, WithoutConfigGetTheMastersAreUsed) {

@@ -702,11 +702,25 @@ TEST(RestartGuardTest, AWritableReplicaListedAsAMasterIsNotCounted) {
   EXPECT_EQ(result.masters[1].status, MasterStatus::not_counted) << format_result(result);
   EXPECT_NE(result.masters[1].error.find("replica"), std::string::npos) << format_result(result);
   if (result.ok()) client.release(*result.lock);
-  const std::lock_guard hold(warnings_mutex);
-  std::string all;
-  for (const auto& warning : warnings) all += warning + "\n";
-  EXPECT_NE(all.find("is a replica (of 127.0.0.1:" + std::to_string(upstream[0].port()) + ")"), std::string::npos)
-      << all;
+  {
+    const std::lock_guard hold(warnings_mutex);
+    std::string all;
+    for (const auto& warning : warnings) all += warning + "\n";
+    EXPECT_NE(all.find("is a replica (of 127.0.0.1:" + std::to_string(upstream[0].port()) + ")"), std::string::npos)
+        << all;
+  }
+  // Promoted (REPLICAOF NO ONE keeps the connections), it votes again without any other
+  // reconnect (a review: it stayed not counted, and quorum_unreachable with two healthy masters).
+  masters[1].command({"REPLICAOF", "NO", "ONE"});
+  Result promoted;
+  EXPECT_TRUE(eventually(
+      [&] {
+        promoted = client.acquire("promoted");
+        if (promoted.ok()) client.release(*promoted.lock);
+        return promoted.ok();
+      },
+      5s))
+      << format_result(promoted);
 }
 
 }  // namespace redlock::testing

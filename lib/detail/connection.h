@@ -117,8 +117,9 @@ class Connection {
   // more; once every command already sent here has been answered, the connection reconnects
   // so that the check runs again (not sooner than reconnect_max after the last reconnect made
   // for this: a refusal the check does not foresee must not make it reconnect over and over).
-  // A connection whose check finds the user may not run the lock paths (not_permitted) is
-  // checked again the same way every reconnect_max (jittered), so that a fixed ACL is seen.
+  // A connection whose check finds the user may not run the lock paths (not_permitted), or
+  // the fencing paths after such a live refusal, or a replica, is made again the same way every
+  // reconnect_max (jittered), so that a fixed ACL or a promoted replica is seen.
   // Returns whether the master was permitted (for that) until now.
   bool permission_refused(bool fencing_only, std::string_view refusal);
 
@@ -259,6 +260,9 @@ class Connection {
   // permission_refused(): a reconnect to check again is wanted (for this socket), and the
   // earliest it may be made.
   bool recheck_wanted_ = false;
+  // A fenced round was refused on a live connection: the fencing permission is rechecked
+  // periodically until a handshake finds it again (kept across reconnects).
+  bool fencing_refused_live_ = false;
   std::uint64_t recheck_not_before_ns_ = 0;
   EventLoop::TimerId recheck_timer_ = 0;
   std::uint64_t generation_ = 0;  // bumps on every socket change; stale callbacks check it
