@@ -8,10 +8,10 @@
 
 #include <cstdio>
 #include <filesystem>
-
+#include <functional>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.h"
@@ -90,6 +90,20 @@ struct Warnings {
     return out;
   }
 };
+
+// Acquires `resource` (releasing what is granted) until a grant satisfies `wanted`, or `limit`
+// passes; `last` is the last Result, for the failure message.
+bool granted_until(Client& client, const std::string& resource, Result& last,
+                   const std::function<bool(const Result&)>& wanted, std::chrono::milliseconds limit,
+                   const AcquireOptions& options = {}) {
+  return eventually(
+      [&] {
+        last = client.acquire(resource, options);
+        if (last.ok()) client.release(*last.lock);
+        return last.ok() && wanted(last);
+      },
+      limit);
+}
 
 ClientOptions lock_user_options(const Masters& masters, Warnings& warnings) {
   auto options = options_for(masters.uris());
@@ -268,11 +282,9 @@ TEST(AclTest, WithoutInfoTheRestartGuardSaysWhy) {
   Client client(options);
   ASSERT_TRUE(client.wait_connected(3, 5s));
   Result held;
-  ASSERT_TRUE(eventually([&] {
-    held = client.acquire("ledger");
-    if (held.ok()) client.release(*held.lock);
-    return held.ok() && held.masters[2].status != MasterStatus::pending;
-  }, 10s)) << format_result(held);
+  ASSERT_TRUE(granted_until(
+      client, "ledger", held, [](const Result& r) { return r.masters[2].status != MasterStatus::pending; }, 10s))
+      << format_result(held);
   EXPECT_EQ(held.masters[2].status, MasterStatus::not_counted) << format_result(held);
   EXPECT_NE(held.masters[2].error.find("restart guard cannot tell when it started"), std::string::npos);
   EXPECT_NE(held.masters[2].error.find("'info'"), std::string::npos) << held.masters[2].error;
@@ -322,15 +334,14 @@ TEST(AclTest, WithTheGuardOnAMasterWhoseRoleCannotBeReadDoesNotVote) {
   Client client(options);
   ASSERT_TRUE(client.wait_connected(3, 5s));
   Result held;
-  ASSERT_TRUE(eventually(
-      [&] {
-        held = client.acquire("ledger");
-        if (held.ok()) client.release(*held.lock);
-        // Counted by the age rule on the other two (their role is read), and heard from on the
-        // third once the age rule no longer applies to it (an ASan CI run read its row while it
-        // did: "restarted 0 s ago; counted after 1 s").
-        return held.ok() && held.masters[2].status != MasterStatus::pending &&
-               held.masters[2].error.find("counted after") == std::string::npos;
+  // Counted by the age rule on the other two (their role is read), and heard from on the third
+  // once the age rule no longer applies to it (an ASan CI run read its row while it did:
+  // "restarted 0 s ago; counted after 1 s").
+  ASSERT_TRUE(granted_until(
+      client, "ledger", held,
+      [](const Result& r) {
+        return r.masters[2].status != MasterStatus::pending &&
+               r.masters[2].error.find("counted after") == std::string::npos;
       },
       10s))
       << format_result(held);
@@ -382,13 +393,8 @@ TEST(AclTest, AFencingPermissionGivenBackAfterALiveRefusalIsSeen) {
   AcquireOptions fenced;
   fenced.fencing = true;
   Result first;
-  ASSERT_TRUE(eventually(
-      [&] {
-        first = client.acquire("fenced", fenced);
-        if (first.ok()) client.release(*first.lock);
-        return first.ok();
-      },
-      10s))
+  ASSERT_TRUE(granted_until(
+      client, "fenced", first, [](const Result&) { return true; }, 10s, fenced))
       << format_result(first);
   for (std::size_t i = 0; i < 3; ++i) masters.set_user(i, {"ACL", "SETUSER", kUser, "-incr"});
   const Result refused = client.acquire("fenced", fenced);
@@ -396,13 +402,8 @@ TEST(AclTest, AFencingPermissionGivenBackAfterALiveRefusalIsSeen) {
   std::this_thread::sleep_for(100ms);  // the reconnects made by the refusals find INCR refused
   for (std::size_t i = 0; i < 3; ++i) masters.set_user(i, {"ACL", "SETUSER", kUser, "+incr"});
   Result again;
-  EXPECT_TRUE(eventually(
-      [&] {
-        again = client.acquire("fenced", fenced);
-        if (again.ok()) client.release(*again.lock);
-        return again.ok();
-      },
-      5s))
+  EXPECT_TRUE(granted_until(
+      client, "fenced", again, [](const Result&) { return true; }, 5s, fenced))
       << format_result(again);
 }
 
@@ -436,11 +437,9 @@ TEST(AclTest, AFixedAclIsSeenAfterAReconnect) {
   masters.set_user(2, documented_acl());
   masters.group[2].command({"CLIENT", "KILL", "USER", kUser});
   Result after;
-  EXPECT_TRUE(eventually([&] {
-    after = client.acquire("ledger");
-    if (after.ok()) client.release(*after.lock);
-    return after.ok() && after.masters[2].status == MasterStatus::ok;
-  })) << format_result(after);
+  EXPECT_TRUE(granted_until(
+      client, "ledger", after, [](const Result& r) { return r.masters[2].status == MasterStatus::ok; }, 5s))
+      << format_result(after);
 }
 
 // Redis applies ACL SETUSER to live connections at once, which the handshake's check cannot
@@ -497,12 +496,11 @@ TEST(AclTest, APermissionTakenAwayFromALiveConnectionStopsTheLocksSentThere) {
   // The connection was made again, and its check found what is missing.
   EXPECT_TRUE(eventually([&] { return lock_connections() != before; }, 5s)) << before << "/" << lock_connections();
   Result checked;
-  EXPECT_TRUE(eventually(
-      [&] {
-        checked = client.acquire("checked");
-        if (checked.ok()) client.release(*checked.lock);
-        return checked.ok() && checked.masters[2].error.find("evalsha") != std::string::npos &&
-               checked.masters[2].error.find("live connection") == std::string::npos;
+  EXPECT_TRUE(granted_until(
+      client, "checked", checked,
+      [](const Result& r) {
+        return r.masters[2].error.find("evalsha") != std::string::npos &&
+               r.masters[2].error.find("live connection") == std::string::npos;
       },
       5s))
       << format_result(checked);
@@ -514,13 +512,8 @@ TEST(AclTest, APermissionTakenAwayFromALiveConnectionStopsTheLocksSentThere) {
   // ACL change left the master excluded for good).
   masters.set_user(2, {"ACL", "SETUSER", kUser, "+evalsha"});
   Result restored;
-  EXPECT_TRUE(eventually(
-      [&] {
-        restored = client.acquire("restored");
-        if (restored.ok()) client.release(*restored.lock);
-        return restored.ok() && restored.masters[2].status == MasterStatus::ok;
-      },
-      3s))
+  EXPECT_TRUE(granted_until(
+      client, "restored", restored, [](const Result& r) { return r.masters[2].status == MasterStatus::ok; }, 3s))
       << format_result(restored);
   EXPECT_EQ(warnings.all().find(kPassword), std::string::npos);
 }
