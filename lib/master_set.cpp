@@ -137,8 +137,15 @@ std::string MasterSet::replica_reason(const ServerInfo& info) {
 
 void MasterSet::on_ready(std::uint32_t index) {
   const ServerInfo& info = connections_[index]->server_info();
-  if (info.role == "replica") {
-    diagnostics_.warn("master " + names_[index] + " is " + replica_reason(info), names_[index] + " (replica)");
+  // Once per replica_of, as for the other problems: a replica's connection is made again every
+  // reconnect_max (Connection::on_handshake_done), and each would have warned again.
+  std::string& replica_warned = warned_[index].replica_of;
+  if (info.role != "replica") {
+    replica_warned.clear();
+  } else if (info.replica_of != replica_warned &&
+             diagnostics_.warn("master " + names_[index] + " is " + replica_reason(info),
+                               names_[index] + " (replica)")) {
+    replica_warned = info.replica_of;
   }
   const bool new_incarnation = guard_.observe(index, info);
   if (new_incarnation) {

@@ -709,6 +709,14 @@ TEST(RestartGuardTest, AWritableReplicaListedAsAMasterIsNotCounted) {
     EXPECT_NE(all.find("is a replica (of 127.0.0.1:" + std::to_string(upstream[0].port()) + ")"), std::string::npos)
         << all;
   }
+  // Its connection is made again every reconnect_max (200 ms here), and warned about once.
+  std::this_thread::sleep_for(700ms);
+  {
+    const std::lock_guard hold(warnings_mutex);
+    std::size_t replica_warnings = 0;
+    for (const auto& warning : warnings) replica_warnings += warning.find("is a replica") != std::string::npos ? 1 : 0;
+    EXPECT_EQ(replica_warnings, 1u);
+  }
   // Promoted (REPLICAOF NO ONE keeps the connections), it votes again without any other
   // reconnect (a review: it stayed not counted, and quorum_unreachable with two healthy masters).
   masters[1].command({"REPLICAOF", "NO", "ONE"});

@@ -101,6 +101,7 @@ class MasterSet {
     bool twin = false;              // another configured master is this same server
     std::string permission;         // the permission problem last warned about ("" = none)
     std::string eviction;           // the eviction risk last warned about ("" = none)
+    std::string replica_of;         // the replica's master last warned about ("" = none)
   };
   class DurabilityRead;
   void on_ready(std::uint32_t index);
