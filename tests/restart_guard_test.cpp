@@ -714,7 +714,7 @@ TEST(RestartGuardTest, AWritableReplicaListedAsAMasterIsNotCounted) {
   {
     const std::lock_guard hold(warnings_mutex);
     std::size_t replica_warnings = 0;
-    for (const auto& warning : warnings) replica_warnings += warning.find("is a replica") != std::string::npos ? 1 : 0;
+    for (const auto& warning : warnings) replica_warnings += warning.find("is a replica") != std::string::npos ? 1u : 0u;
     EXPECT_EQ(replica_warnings, 1u);
   }
   // Promoted (REPLICAOF NO ONE keeps the connections), it votes again without any other
