@@ -300,13 +300,12 @@ void Connection::on_handshake_done() {
   if (generation != generation_ || state_ != State::ready) return;
   flush();
   if (info_.fence_not_permitted.empty()) fencing_refused_live_ = false;
-  if (!info_.not_permitted.empty() || info_.role == "replica" ||
-      (fencing_refused_live_ && !info_.fence_not_permitted.empty())) {
-    // Excluded (sent no lock, or a replica, whose grants do not count): made again every
-    // reconnect_max (jittered), so that an ACL fixed meanwhile, or a replica promoted, is seen
-    // without waiting for an unrelated reconnect (reviews: a two-step ACL change that broke the
-    // lock paths for 100 ms left every master excluded for good once the reconnect made by the
-    // first refusal had found it broken; a promoted replica stayed not counted). A master
+  if (!info_.not_permitted.empty() || (fencing_refused_live_ && !info_.fence_not_permitted.empty())) {
+    // Excluded (sent no lock): made again every reconnect_max (jittered), so that an ACL fixed
+    // meanwhile is seen without waiting for an unrelated reconnect (a review: a two-step ACL
+    // change that broke the lock paths for 100 ms left every master excluded for good once the
+    // reconnect made by the first refusal had found it broken). A replica's role, which a
+    // promotion changes on live connections, is read every second instead (MasterSet). A master
     // restricted for fencing only still takes plain locks, which reconnecting it every
     // reconnect_max failed (a review: every master at once, every 2 s): it is rechecked so only
     // after a fenced round's refusal on a live connection showed the ACL changed (a review: a
@@ -568,9 +567,16 @@ void Connection::recheck_permissions() {
   }
   recheck_not_before_ns_ = deadline_after(now, jittered(options_.reconnect_max));
   const std::string& why = !info_.not_permitted.empty() ? info_.not_permitted : info_.fence_not_permitted;
-  fail(!why.empty()              ? "reconnecting to check the permissions again (" + why + ")"
-       : info_.role == "replica" ? std::string("reconnecting to read its role again (a replica)")
-                                 : std::string("reconnecting to check the permissions again"));
+  fail(!why.empty() ? "reconnecting to check the permissions again (" + why + ")"
+                    : std::string("reconnecting to check the permissions again"));
+}
+
+void Connection::role_read(const ServerInfo& read) {
+  info_.role = read.role;
+  info_.replica_of = read.replica_of;
+  info_.role_error = read.role_error;
+  info_.replid = read.replid;
+  info_.replid2 = read.replid2;
 }
 
 void Connection::fail(std::string reason) {

@@ -25,7 +25,7 @@ MasterSet::MasterSet(EventLoop& loop, const ClientOptions& options, const std::v
       guard_(size_, quorum_, options.restart_guard, options.max_lock_ttl),
       catch_up_(*this, loop, commands, options),
       warned_(size_),
-      durability_timers_(size_, 0) {
+      read_timers_(size_, 0) {
   for (const auto& endpoint : endpoints_) names_.push_back(endpoint.display());
 }
 
@@ -43,7 +43,7 @@ void MasterSet::start() {
 
 void MasterSet::close() {
   closed_ = true;
-  for (auto& timer : durability_timers_) {
+  for (auto& timer : read_timers_) {
     if (timer != 0) loop_.cancel(std::exchange(timer, 0));
   }
   for (auto& connection : connections_) connection->close();
@@ -137,23 +137,13 @@ std::string MasterSet::replica_reason(const ServerInfo& info) {
 
 void MasterSet::on_ready(std::uint32_t index) {
   const ServerInfo& info = connections_[index]->server_info();
-  // Once per replica_of, as for the other problems: a replica's connection is made again every
-  // reconnect_max (Connection::on_handshake_done), and each would have warned again.
-  std::string& replica_warned = warned_[index].replica_of;
-  if (info.role != "replica") {
-    replica_warned.clear();
-  } else if (info.replica_of != replica_warned &&
-             diagnostics_.warn("master " + names_[index] + " is " + replica_reason(info),
-                               names_[index] + " (replica)")) {
-    replica_warned = info.replica_of;
-  }
+  warn_replica(index);
   const bool new_incarnation = guard_.observe(index, info);
-  if (new_incarnation) {
-    warned_[index].twin = false;
-    catch_up_.on_new_incarnation(index);
-  }
+  const bool keys_replaced = guard_.observe_role(index, info);
+  if (new_incarnation) warned_[index].twin = false;
+  if (new_incarnation || keys_replaced) catch_up_.on_new_incarnation(index);
   warn_permissions(index);
-  if (!new_incarnation) catch_up_.on_reconnect(index, !info.run_id.empty());
+  if (!new_incarnation && !keys_replaced) catch_up_.on_reconnect(index, !info.run_id.empty());
   const Incarnation& incarnation = guard_.incarnation(index);
   for (std::uint32_t other = 0; other < size_; ++other) {
     if (!same_server(index, other) || warned_[index].twin) continue;
@@ -172,7 +162,47 @@ void MasterSet::on_ready(std::uint32_t index) {
              diagnostics_.warn("master " + names_[index] + ": " + risk, names_[index] + " (eviction)")) {
     warned_[index].eviction = std::move(risk);
   }
-  arm_durability_read(index);
+  arm_periodic_read(index);
+}
+
+// Once per replica_of, as for the other problems: again only after it changed.
+void MasterSet::warn_replica(std::uint32_t index) {
+  const ServerInfo& info = connections_[index]->server_info();
+  std::string& replica_warned = warned_[index].replica_of;
+  if (info.role != "replica") {
+    replica_warned.clear();
+  } else if (info.replica_of != replica_warned &&
+             diagnostics_.warn("master " + names_[index] + " is " + replica_reason(info),
+                               names_[index] + " (replica)")) {
+    replica_warned = info.replica_of;
+  }
+}
+
+// INFO replication read again on a live connection. A reply that did not come (the connection
+// went down: the next handshake reads it) or a LOADING / BUSY error tells nothing; another
+// error (INFO refused by the ACL) leaves the role unknown, as at a handshake.
+class MasterSet::RoleRead final : public ReplySink {
+ public:
+  explicit RoleRead(MasterSet& set) : set_(set) {}
+  void on_reply(std::uint32_t index, const redisReply* reply, std::string_view) override {
+    if (reply == nullptr || set_.closed_ ||
+        (reply->type == REDIS_REPLY_ERROR && is_server_state_error(std::string_view(reply->str, reply->len)))) {
+      return;
+    }
+    ServerInfo read;
+    read_info_replication(*reply, read);
+    set_.role_read(index, read);
+  }
+
+ private:
+  MasterSet& set_;
+};
+
+void MasterSet::role_read(std::uint32_t index, const ServerInfo& read) {
+  if (!ready(index)) return;
+  connections_[index]->role_read(read);
+  warn_replica(index);
+  if (guard_.observe_role(index, connections_[index]->server_info())) catch_up_.on_new_incarnation(index);
 }
 
 // The three CONFIG GETs of one durability read. A reply that did not come (the connection
@@ -202,23 +232,26 @@ class MasterSet::DurabilityRead final : public ReplySink {
   bool answered_ = true;
 };
 
-void MasterSet::arm_durability_read(std::uint32_t index) {
-  if (closed_ || !guard_.enabled() || durability_timers_[index] != 0 || !guard_.incarnation(index).durable) return;
-  durability_timers_[index] = loop_.schedule_after(kDurabilityReadEvery, [this, index] {
-    durability_timers_[index] = 0;
-    read_durability(index);
+void MasterSet::arm_periodic_read(std::uint32_t index) {
+  if (closed_ || read_timers_[index] != 0) return;
+  read_timers_[index] = loop_.schedule_after(kReadEvery, [this, index] {
+    read_timers_[index] = 0;
+    read_periodically(index);
   });
 }
 
-void MasterSet::read_durability(std::uint32_t index) {
-  // Not ready: the next handshake reads it (and on_ready arms the next read).
-  if (closed_ || !ready(index) || !guard_.incarnation(index).durable) return;
-  auto read = std::make_shared<DurabilityRead>(*this, guard_.incarnation(index).epoch);
+void MasterSet::read_periodically(std::uint32_t index) {
+  // Not ready: the next handshake reads it all (and on_ready arms the next read).
+  if (closed_ || !ready(index)) return;
   // A backlog that refuses part of it leaves it unanswered: the next read tries again.
-  for (const char* parameter : {kConfigRead[1], kConfigRead[2], kConfigRead[3]}) {
-    if (!send(index, encode_command({"CONFIG", "GET", parameter}), read)) break;
+  if (send(index, encode_command({"INFO", "replication"}), std::make_shared<RoleRead>(*this)) && guard_.enabled() &&
+      guard_.incarnation(index).durable) {
+    auto read = std::make_shared<DurabilityRead>(*this, guard_.incarnation(index).epoch);
+    for (const char* parameter : {kConfigRead[1], kConfigRead[2], kConfigRead[3]}) {
+      if (!send(index, encode_command({"CONFIG", "GET", parameter}), read)) break;
+    }
   }
-  arm_durability_read(index);
+  arm_periodic_read(index);
 }
 
 // Once per master and problem: again only if the problem changes (re-checked on every

@@ -51,6 +51,9 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
     master.durable = info.durable() && info.aof_rewrites >= 0 && !info.aof_rewriting;
     // Switching AOF on at a restart does not bring back what the empty server forgot.
     master.counted_at_once = kept_keys;
+    // observe_role reads the new incarnation's role afresh.
+    master.replica = false;
+    master.replid.clear();
     if (restarted && enabled_) {
       if (kept_keys) {
         carry_votes_of(index, master.epoch - 1);
@@ -67,6 +70,33 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
   if (master.durable) master.durable_seen_ns = now_ns();
   master.connected = true;
   return new_incarnation;
+}
+
+bool RestartGuard::observe_role(std::uint32_t index, const ServerInfo& info) {
+  Incarnation& master = masters_[index];
+  static constexpr std::string_view kNoId = "0000000000000000000000000000000000000000";
+  bool replaced = false;
+  if (info.role == "replica") {
+    replaced = !master.replica;
+    master.replica = true;
+  } else if (info.role == "master") {
+    // Demoted and promoted again between two reads (or while this Client was cut off): the
+    // promotion put the ID it had as a replica into replid2. A master's own ID also changes
+    // when its first replica attaches or its backlog is freed, but those clear replid2.
+    const bool id_moved = !master.replid.empty() && !info.replid.empty() && info.replid != master.replid &&
+                          !info.replid2.empty() && info.replid2 != kNoId && info.replid2 != master.replid;
+    replaced = master.replica || id_moved;
+    master.replica = false;
+  }
+  if (!info.replid.empty()) master.replid = info.replid;
+  if (master.replica || replaced) master.replica_seen_ns = now_ns();
+  if (!replaced) return false;
+  // Like a restart without its keys: a new epoch, the old one's votes taken away, and what
+  // was known of its durability gone (its AOF now holds another server's keys).
+  ++master.epoch;
+  master.durable = master.counted_at_once = false;
+  if (enabled_) forget_votes_of(index);
+  return true;
 }
 
 void RestartGuard::durability_read(std::uint32_t index, std::uint32_t epoch, const ServerInfo& config,
@@ -102,6 +132,12 @@ std::optional<std::string> RestartGuard::not_counted(std::uint32_t index, const 
     return "restarted " + std::to_string(up_ns / 1'000'000'000u) + " s ago; counted after " +
            std::to_string(guard_ns_ / 1'000'000'000u) + " s (restart guard)";
   }
+  const std::uint64_t since_replica_ns = now > master.replica_seen_ns ? now - master.replica_seen_ns : 0;
+  if (master.replica_seen_ns != 0 && since_replica_ns <= guard_ns_) {
+    return "a replica " + std::to_string(since_replica_ns / 1'000'000'000u) +
+           " s ago (a resync replaces its keys); counted after " + std::to_string(guard_ns_ / 1'000'000'000u) +
+           " s (restart guard)";
+  }
   return std::nullopt;
 }
 
@@ -109,9 +145,16 @@ std::optional<std::uint64_t> RestartGuard::counted_in_ns(std::uint32_t index, co
   if (!enabled_ || info.run_id.empty()) return std::nullopt;
   const Incarnation& master = masters_[index];
   const std::uint64_t now = now_ns();
+  // not_counted() counts once both ages are strictly longer than guard_ns_.
   const std::uint64_t up_ns = now > master.started_ns ? now - master.started_ns : 0;
-  if (master.counted_at_once || up_ns > guard_ns_) return std::nullopt;
-  return guard_ns_ - up_ns + 1;  // not_counted() counts once up strictly longer than guard_ns_
+  const std::uint64_t since_replica_ns = now > master.replica_seen_ns ? now - master.replica_seen_ns : 0;
+  std::uint64_t wait_ns = 0;
+  if (!master.counted_at_once && up_ns <= guard_ns_) wait_ns = guard_ns_ - up_ns + 1;
+  if (master.replica_seen_ns != 0 && since_replica_ns <= guard_ns_) {
+    wait_ns = std::max(wait_ns, guard_ns_ - since_replica_ns + 1);
+  }
+  if (wait_ns == 0) return std::nullopt;
+  return wait_ns;
 }
 
 std::optional<std::string> RestartGuard::counted_because(std::uint32_t index) const {

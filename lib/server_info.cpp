@@ -29,7 +29,7 @@ bool read_number(std::string_view text, Number& out) {
   return !text.empty() && ec == std::errc() && end == text.data() + text.size();
 }
 
-// Redis's run_id is 40 hex characters, and its CONFIG values read here are single words. A
+// Redis's run_id (and its replication IDs) are 40 hex characters, and its CONFIG values read here are single words. A
 // master that sends more is not kept: every round that names its run_id (a twin's row) would
 // copy and mask it, on the loop thread (a review: a 1 MiB run_id on two masters made each
 // acquire cost 7.7 ms of CPU instead of 0.28).
@@ -74,6 +74,11 @@ void read_info_replication(const redisReply& reply, ServerInfo& info) {
     return;
   }
   const std::string_view text(reply.str, reply.len);
+  for (auto [name, field] :
+       {std::pair{"\nmaster_replid:", &info.replid}, std::pair{"\nmaster_replid2:", &info.replid2}}) {
+    const std::string_view id = info_field(text, name);
+    if (id.size() <= kMaxRunIdSize) *field = std::string(id);
+  }
   const std::string_view role = info_field(text, "\nrole:");
   if (role == "master") {
     info.role = "master";

@@ -731,4 +731,99 @@ TEST(RestartGuardTest, AWritableReplicaListedAsAMasterIsNotCounted) {
       << format_result(promoted);
 }
 
+// Made a writable replica at run time while this Client stays connected (REPLICAOF keeps
+// client connections), a master's keys are replaced by the resync from its new master while
+// its run_id and our connection stay. The lock is held on masters 1 and 2 only (master 0 held
+// by a stale owner's key that expires 300 ms later); master 1's resync wipes it, and
+// master 1 still takes SETs: a second Client would be granted by masters 0 and 1, two holders
+// (a review found a master made a replica at run time kept voting). The role is read again
+// every second on a live connection: the replica does not vote, and the votes it gave are
+// taken away from held locks (here: below quorum, lost). Promoted again, it counts once
+// max_lock_ttl has passed since it was last seen a replica.
+TEST(RestartGuardTest, AMasterMadeAReplicaWhileConnectedStopsVotingAndLosesItsVotes) {
+  RedisServerGroup masters(3);
+  RedisServerGroup upstream(1);
+  upstream[0].command({"CONFIG", "SET", "repl-diskless-sync-delay", "0"});  // a resync at once, not 5 s later
+  auto options = guarded(masters, true);
+  options.ttl = 4000ms;
+  options.max_lock_ttl = 4000ms;
+  options.retry_count = 0;
+  Client first(options);
+  Client second(options);
+  wait_until_counted(first, "warm-up-1");
+  wait_until_counted(second, "warm-up-2");
+  masters[0].command({"SET", "redlock:demoted", "stale-owner", "PX", "300"});
+  const Result held = first.acquire("demoted");
+  ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
+  ASSERT_NE(held.masters[0].status, MasterStatus::ok) << format_result(held);  // held_by_other, or pending
+  masters[1].command({"CONFIG", "SET", "replica-read-only", "no"});
+  masters[1].command({"REPLICAOF", "127.0.0.1", std::to_string(upstream[0].port())});
+  ASSERT_TRUE(eventually(
+      [&] {
+        return masters[1].command({"INFO", "replication"}).str.find("master_link_status:up") != std::string::npos;
+      },
+      10s));
+  ASSERT_EQ(masters[1].command({"EXISTS", "redlock:demoted"}).integer, 0);  // wiped by the resync
+  ASSERT_EQ(masters[2].command({"EXISTS", "redlock:demoted"}).integer, 1);
+  std::this_thread::sleep_for(1500ms);  // one role read (every second) and then some
+  const Result taken = second.acquire("demoted");
+  EXPECT_FALSE(taken.ok()) << "two holders: " << format_result(taken);
+  if (taken.ok()) second.release(*taken.lock);
+  EXPECT_EQ(taken.masters[1].status, MasterStatus::not_counted) << format_result(taken);
+  EXPECT_NE(taken.masters[1].error.find("replica"), std::string::npos) << format_result(taken);
+  // The first Client's vote from master 1 is gone (its key was wiped): one of two needed.
+  EXPECT_TRUE(eventually([&] { return held.lock->lost(); }, 2s));
+  first.release(*held.lock);
+
+  masters[1].command({"REPLICAOF", "NO", "ONE"});
+  std::this_thread::sleep_for(1500ms);
+  masters[2].freeze();  // the decision then waits for master 1's row
+  const Result promoted = second.acquire("promoted");
+  masters[2].thaw();
+  if (promoted.ok()) second.release(*promoted.lock);
+  EXPECT_EQ(promoted.masters[1].status, MasterStatus::not_counted) << format_result(promoted);
+  EXPECT_NE(promoted.masters[1].error.find("a replica"), std::string::npos) << format_result(promoted);
+  EXPECT_NE(promoted.masters[1].error.find("restart guard"), std::string::npos) << format_result(promoted);
+  wait_until_counted(second, "counted-again");
+}
+
+// The same change made while this Client was cut off from the master, and undone before it
+// reconnected: the same run_id, the role master again, but its keys replaced. Its replication
+// ID tells: a promotion moves the ID it had as a replica into master_replid2.
+TEST(RestartGuardTest, AMasterMadeAReplicaAndPromotedWhileThisClientWasCutOffIsNotCountedAtOnce) {
+  RedisServerGroup masters(3);
+  RedisServerGroup upstream(1);
+  upstream[0].command({"CONFIG", "SET", "repl-diskless-sync-delay", "0"});
+  TcpProxy address(masters[0].port(), {});
+  auto options = guarded(masters, true);
+  options.masters = {address.uri(), masters[1].uri(), masters[2].uri()};
+  options.retry_count = 0;
+  Client client(options);
+  wait_until_counted(client, "warm-up");
+  // Clear of the age rule: uptime, read again at the reconnect, may say the server is up to 1 s
+  // younger than the first reading did.
+  std::this_thread::sleep_for(1500ms);
+  const Result held = client.acquire("cut-off");
+  ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
+  const std::uint16_t nobody = std::make_unique<LoopbackListener>("closed")->port();
+  address.retarget(nobody);  // cut: reconnects are refused until retargeted back
+  masters[0].command({"REPLICAOF", "127.0.0.1", std::to_string(upstream[0].port())});
+  ASSERT_TRUE(eventually(
+      [&] {
+        return masters[0].command({"INFO", "replication"}).str.find("master_link_status:up") != std::string::npos;
+      },
+      10s));
+  masters[0].command({"REPLICAOF", "NO", "ONE"});
+  address.retarget(masters[0].port());
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  // Master 0's key was wiped: the lock's vote from it is gone (two of three left: still held).
+  masters[2].freeze();  // the decision then waits for master 0's row
+  const Result after = client.acquire("after-cut");
+  masters[2].thaw();
+  if (after.ok()) client.release(*after.lock);
+  EXPECT_EQ(after.masters[0].status, MasterStatus::not_counted) << format_result(after);
+  EXPECT_NE(after.masters[0].error.find("a replica"), std::string::npos) << format_result(after);
+  client.release(*held.lock);
+}
+
 }  // namespace redlock::testing

@@ -118,10 +118,13 @@ class Connection {
   // so that the check runs again (not sooner than reconnect_max after the last reconnect made
   // for this: a refusal the check does not foresee must not make it reconnect over and over).
   // A connection whose check finds the user may not run the lock paths (not_permitted), or
-  // the fencing paths after such a live refusal, or a replica, is made again the same way every
-  // reconnect_max (jittered), so that a fixed ACL or a promoted replica is seen.
+  // the fencing paths after such a live refusal, is made again the same way every
+  // reconnect_max (jittered), so that a fixed ACL is seen.
   // Returns whether the master was permitted (for that) until now.
   bool permission_refused(bool fencing_only, std::string_view refusal);
+  // INFO replication read again on this ready connection (MasterSet's periodic read): its
+  // role, replica_of, role_error and replication IDs replace the handshake's.
+  void role_read(const ServerInfo& read);
 
   // Best-effort write of what is queued, then closes the socket. Outstanding sinks get a
   // failure. No reconnect afterwards.

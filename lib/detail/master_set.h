@@ -27,8 +27,9 @@ class TlsContext;
 
 class MasterSet {
  public:
-  // How often a durable master's durability is read again (arm_durability_read).
-  static constexpr Milliseconds kDurabilityReadEvery{1000};
+  // How often a ready master's role, and a durable one's durability, are read again
+  // (arm_periodic_read).
+  static constexpr Milliseconds kReadEvery{1000};
 
   // `options` must outlive the set (the ClientImpl's, with max_lock_ttl already defaulted);
   // so must `tls` (null when no master is rediss://).
@@ -104,14 +105,20 @@ class MasterSet {
     std::string replica_of;         // the replica's master last warned about ("" = none)
   };
   class DurabilityRead;
+  class RoleRead;
   void on_ready(std::uint32_t index);
   void warn_permissions(std::uint32_t index);
-  // While master `index`'s incarnation counts as durable and its connection is ready, its
-  // durability is read again every kDurabilityReadEvery: AOF switched off at run time (CONFIG
-  // SET appendonly no) loses what is granted after it at the next restart, which a read at
-  // handshakes alone would miss on a connection that lives for days.
-  void arm_durability_read(std::uint32_t index);
-  void read_durability(std::uint32_t index);
+  void warn_replica(std::uint32_t index);
+  // While master `index`'s connection is ready, its role is read again every kReadEvery, and
+  // while its incarnation counts as durable its durability too. REPLICAOF on a live master
+  // keeps every connection, and its next full resync replaces its keys (RestartGuard::
+  // observe_role); AOF switched off at run time (CONFIG SET appendonly no) loses what is
+  // granted after it at the next restart. A read at handshakes alone would miss both on a
+  // connection that lives for days.
+  void arm_periodic_read(std::uint32_t index);
+  void read_periodically(std::uint32_t index);
+  // A periodic read's INFO replication on master `index`'s live connection.
+  void role_read(std::uint32_t index, const ServerInfo& read);
 
   EventLoop& loop_;
   const ClientOptions& options_;
@@ -126,7 +133,7 @@ class MasterSet {
   RestartGuard guard_;
   FenceCatchUp catch_up_;
   std::vector<Warned> warned_;
-  std::vector<std::uint64_t> durability_timers_;  // EventLoop::TimerId per master, 0 = none
+  std::vector<std::uint64_t> read_timers_;  // EventLoop::TimerId per master, 0 = none
   bool closed_ = false;
 };
 

@@ -45,6 +45,14 @@ struct Incarnation {
   // durable one by a restart (so it reloaded what was granted). A first contact, or a master
   // that was not durable before its restart, may have come back empty: the age rule applies.
   bool counted_at_once = false;
+  // Its role, as last read (a handshake, or the read MasterSet sends every second): a replica
+  // takes its keys from its master at every full resync, run_id and connections unchanged.
+  bool replica = false;
+  // Loop time of the last read that showed it a replica, or that its keys may have been
+  // replaced since the read before (0 = never): its grants count once max_lock_ttl has passed
+  // since (the age rule, from then on).
+  std::uint64_t replica_seen_ns = 0;
+  std::string replid;  // master_replid as last read, in this incarnation ("" = unknown)
 };
 
 class RestartGuard {
@@ -59,6 +67,14 @@ class RestartGuard {
   // A connection to master `index` completed its handshake and read `info`. Returns true
   // when `info` shows a new incarnation (a first contact, or a restart).
   bool observe(std::uint32_t index, const ServerInfo& info);
+  // Master `index`'s role read (after observe() at a handshake, and again every second on a
+  // live connection). Returns true when its keys may have been replaced since the last read:
+  // it is a replica now and was not, it was one and is a master again, or its replication ID
+  // changed the way only a stay as a replica changes it (a promotion leaves a non-zero
+  // master_replid2 other than the ID last read). Then, as for a restart without its keys, the
+  // votes it gave are taken away from held locks and its grants count only once max_lock_ttl
+  // has passed since it was last seen a replica.
+  bool observe_role(std::uint32_t index, const ServerInfo& info);
   // A connection to master `index` was lost (after its handshake, or while trying).
   void connection_lost(std::uint32_t index);
   // Master `index`'s durability read again on a live connection to incarnation `epoch`
