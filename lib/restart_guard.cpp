@@ -54,6 +54,7 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
     // observe_role reads the new incarnation's role afresh.
     master.replica = false;
     master.replid.clear();
+    master.role_gap = false;
     if (restarted && enabled_) {
       if (kept_keys) {
         carry_votes_of(index, master.epoch - 1);
@@ -76,19 +77,29 @@ bool RestartGuard::observe_role(std::uint32_t index, const ServerInfo& info) {
   Incarnation& master = masters_[index];
   static constexpr std::string_view kNoId = "0000000000000000000000000000000000000000";
   bool replaced = false;
+  if (info.role.empty()) {
+    master.role_gap = true;  // INFO replication refused, say: whatever happens now is unseen
+    return false;
+  }
   if (info.role == "replica") {
     replaced = !master.replica;
     master.replica = true;
   } else if (info.role == "master") {
-    // Demoted and promoted again between two reads (or while this Client was cut off): the
-    // promotion put the ID it had as a replica into replid2. A master's own ID also changes
-    // when its first replica attaches or its backlog is freed, but those clear replid2.
-    const bool id_moved = !master.replid.empty() && !info.replid.empty() && info.replid != master.replid &&
-                          !info.replid2.empty() && info.replid2 != kNoId && info.replid2 != master.replid;
+    // Demoted and promoted again between two reads: the promotion put the ID it had as a
+    // replica into replid2. A master's own ID also changes when its first replica attaches or
+    // its backlog is freed, which clear replid2; so a freed backlog hides a promotion, and
+    // across a gap in the reads (a reconnect, an unreadable role) any change of the ID counts
+    // (a review: demoted and promoted while cut off, then the backlog freed: two holders).
+    // Read every second on a live connection, a demotion is seen as the role itself.
+    const bool id_changed = !master.replid.empty() && !info.replid.empty() && info.replid != master.replid;
+    const bool id_moved =
+        id_changed &&
+        (master.role_gap || (!info.replid2.empty() && info.replid2 != kNoId && info.replid2 != master.replid));
     replaced = master.replica || id_moved;
     master.replica = false;
   }
   if (!info.replid.empty()) master.replid = info.replid;
+  master.role_gap = false;
   if (master.replica || replaced) master.replica_seen_ns = now_ns();
   if (!replaced) return false;
   // Like a restart without its keys: a new epoch, the old one's votes taken away, and what
@@ -112,6 +123,7 @@ void RestartGuard::durability_read(std::uint32_t index, std::uint32_t epoch, con
 
 void RestartGuard::connection_lost(std::uint32_t index) {
   Incarnation& master = masters_[index];
+  master.role_gap = true;  // observe_role: its role is not read until the next handshake
   // Only a connection that was ready: failed attempts to reach a restarting server (refused,
   // LOADING) say nothing of when the old one was last alive.
   if (!master.connected) return;
@@ -180,9 +192,8 @@ void RestartGuard::forget_votes_of(std::uint32_t index) {
     if (!state || state->epochs[index] == 0 || state->epochs[index] == epoch) continue;
     state->epochs[index] = 0;
     --state->votes;
-    if (state->votes < quorum_ && !state->lost.exchange(true, std::memory_order_acq_rel) && state->on_lost) {
-      state->on_lost();  // a lease learns at once (it posts; nothing runs inside this loop)
-    }
+    // A lease learns at once (it posts; nothing runs inside this loop).
+    if (state->votes < quorum_) state->mark_lost(LossReason::restarted);
   }
 }
 
