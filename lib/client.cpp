@@ -112,11 +112,15 @@ std::shared_ptr<Operation> extend_operation(const ClientImpl& client, Lock lock,
 }
 
 std::shared_ptr<Operation> release_operation(const ClientImpl& client, Lock lock, Callback done) {
-  if (client.granted_here(lock)) LockAccess::state(lock)->released.store(true, std::memory_order_release);
+  std::shared_ptr<LockState> state;
+  if (client.granted_here(lock)) {
+    state = LockAccess::state(lock);
+    state->released.store(true, std::memory_order_release);
+  }
   auto op = client.make_operation();
   op->done = std::move(done);
   op->key = std::move(lock.key);
-  op->part = ReleasePart{std::move(lock.token), false, {}};
+  op->part = ReleasePart{std::move(lock.token), false, {}, 0, std::move(state)};
   return op;
 }
 

@@ -197,6 +197,12 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
   Result refused;
   refused.outcome = Outcome::invalid_argument;
   const RoundKind kind = op->kind();
+  if (kind == RoundKind::release) {
+    // Given up from its submission on, whatever the release's outcome: the leases keeping the
+    // Lock through other copies stop now, not at their next renewal (a review: "held" for one
+    // renew interval while another Client was granted). The releasing Lease is stopped already.
+    if (auto state = std::move(op->release().state); state && state->on_lost) state->on_lost(LossReason::taken);
+  }
   if (shutting_down_ && !op->internal()) {
     refused.outcome = Outcome::cancelled;
     refused.message = "the client is shutting down";
@@ -225,7 +231,9 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
   }
   if (refused.message.empty() && kind == RoundKind::extend && op->extend().lock.lost()) {
     refused.outcome = Outcome::lost;
-    refused.message = "masters that granted this lock restarted; a lost lock is never extended";
+    refused.message =
+        "this lock is lost (masters that granted it restarted, or an extend found it gone on more than N - quorum "
+        "masters); a lost lock is never extended";
   } else if (refused.message.empty() && kind == RoundKind::extend && given_up(op->extend().lock)) {
     refused.message = "this Lock was released; a released lock is never extended (acquire it again)";
   }
@@ -346,6 +354,7 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
       if (success) {
         grant(op, round.sent_at(), std::move(result), LockAccess::state(op->extend().lock), op->extend().lock.fence);
       } else {
+        mark_lost_if_proven(op->extend().lock, result);
         finish(op, std::move(result));
       }
       return;
@@ -403,6 +412,16 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
   fail_attempt(op, std::move(result));
 }
 
+// Another Client may hold the lock now; before, remaining() went on counting down the old
+// validity and lost() said false (ClientTest.AnExtendThatProvesTheLockGoneMarksEveryCopyLost).
+// A "no key" against timeouts proves nothing: the silent masters may still hold it.
+void ClientImpl::mark_lost_if_proven(const Lock& lock, const Result& result) {
+  const auto& state = LockAccess::state(lock);
+  if (!state || result.outcome != Outcome::lost) return;
+  const std::size_t gone = result.count(MasterStatus::not_found) + result.count(MasterStatus::held_by_other);
+  if (gone > masters_.size() - masters_.quorum()) state->mark_lost(LossReason::taken);
+}
+
 // A quorum said yes; the lock is granted if validity is left. Acquire (and its fencing
 // round) and extend end here.
 void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady_clock::time_point started,
@@ -418,6 +437,18 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
     result.message = "a master that granted it restarted before the fencing round ended: " +
                      std::to_string(state->votes) + " grants left, " + std::to_string(masters_.quorum()) + " needed";
     fail_attempt(op, std::move(result));
+    return;
+  }
+  if (!acquiring && given_up(op->extend().lock)) {
+    // Released (or marked lost) while the extend was in flight: the holder gave it up, and the
+    // release, behind the extend on every connection, deletes what it extended (a review: async
+    // extends so raced said "extended" with 2.97 s of validity while another Client held it).
+    const bool lost = op->extend().lock.lost();
+    result.outcome = lost ? Outcome::lost : Outcome::invalid_argument;
+    result.message = lost ? "the lock was found lost while the extend was in flight; a lost lock is never extended"
+                          : "this Lock was released while the extend was in flight; a released lock is never "
+                            "extended (acquire it again)";
+    finish(op, std::move(result));
     return;
   }
   const auto drift = drift_for(op->ttl, options_.drift_factor, options_.drift_constant);
@@ -880,7 +911,7 @@ void ClientImpl::release_failed_attempt(const Operation& attempt, const std::vec
   auto op = make_operation();
   op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
   op->key = attempt.key;
-  op->part = ReleasePart{acquire.attempt_token, true, attempt.ttl, never_sent};
+  op->part = ReleasePart{acquire.attempt_token, true, attempt.ttl, never_sent, {}};
   operations_.emplace(op->id, op);
   send_round(op, RoundKind::release);
 }

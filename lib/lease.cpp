@@ -154,12 +154,13 @@ void LeaseCore::start() {
     if (!state->on_lost) {
       // Declared here, in the step that marks the Lock lost (a holder's lost() agrees with
       // Lock::lost() at once); announced in a task of its own (on_lost may call back in).
-      state->on_lost = [owner = state.get()] {  // the hook lives in the state it reads
+      state->on_lost = [owner = state.get()](LossReason reason) {  // the hook lives in the state it reads
         for (const auto& weak : owner->leases) {
           auto lease = weak.lock();
           Lock lost;
-          if (lease && lease->declare_loss(LossReason::restarted, lost, false)) {
-            lease->post([lease, lost] { lease->announce_loss(LossReason::restarted, lost); });
+          LossReason said = reason;
+          if (lease && lease->declare_loss(said, lost, false)) {
+            lease->post([lease, lost, reason] { lease->announce_loss(reason, lost); });
           }
         }
       };
@@ -240,7 +241,10 @@ void LeaseCore::renewed(Result result) {
     }
     return;
   }
-  if (this->lock().lost()) {  // the restart guard's verdict (an extend of a lost lock is refused)
+  // Marked lost: by the restart guard, or by an extend that found it gone (this renewal's own,
+  // whose mark already declared the loss as taken through the hook). An extend of a lost lock
+  // is refused.
+  if (this->lock().lost()) {
     signal_loss(LossReason::restarted);
     return;
   }
@@ -267,12 +271,22 @@ void LeaseCore::renewed(Result result) {
   });
 }
 
-bool LeaseCore::declare_loss(LossReason reason, Lock& lock, bool only_if_overdue) {
+bool LeaseCore::declare_loss(LossReason& reason, Lock& lock, bool only_if_due) {
   const std::lock_guard guard(mutex_);
   if (loss_ || stopped_.load(std::memory_order_acquire) || client_ == nullptr) return false;
-  // Checked under the mutex, with the deadline of the last grant (a renewal the loop just
-  // read moves it; declared against the old one, the loss would be needless).
-  if (only_if_overdue && client_->clock().now() < lock_.deadline - settings_.margin) return false;
+  if (only_if_due) {
+    // Released through another copy (Client::release, another Lease: the state is shared by
+    // the copies): taken, from the moment the release was submitted (a review: the holder heard
+    // "held" until the next renewal while another Client was granted).
+    const auto& state = LockAccess::state(lock_);
+    if (state && state->released.load(std::memory_order_acquire)) {
+      reason = LossReason::taken;
+    } else if (client_->clock().now() < lock_.deadline - settings_.margin) {
+      // Checked under the mutex, with the deadline of the last grant (a renewal the loop just
+      // read moves it; declared against the old one, the loss would be needless).
+      return false;
+    }
+  }
   loss_ = reason;
   lost_.store(true, std::memory_order_release);
   lock = lock_;
@@ -287,8 +301,9 @@ bool LeaseCore::lost() noexcept {
     // Declared here, announced by the loop (stop callbacks and on_lost run there). post()
     // reaches the loop only while the Client is there (under the mutex); if it is closing, the
     // post is refused and client_gone() requests stop instead.
-    if (declare_loss(LossReason::deadline, lock, true)) {
-      (void)post([self = shared_from_this(), lock] { self->announce_loss(LossReason::deadline, lock); });
+    LossReason reason = LossReason::deadline;
+    if (declare_loss(reason, lock, true)) {
+      (void)post([self = shared_from_this(), lock, reason] { self->announce_loss(reason, lock); });
     }
   } catch (...) {
     // A clock or a post that threw: the flag below still says what was declared.

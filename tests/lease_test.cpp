@@ -266,6 +266,9 @@ TEST(LeaseTest, LossIsSignalledWhenTheKeyIsDeletedOnAQuorum) {
   EXPECT_EQ(lease.loss(), LossReason::taken);
   EXPECT_TRUE(loss.stop_callback_ran);
   EXPECT_GT(loss.lead("key deleted on a quorum").count(), 0);
+  // Every copy of the Lock says so too: another Client may hold it now.
+  EXPECT_TRUE(held.lock->lost());
+  EXPECT_EQ(client.remaining(lease.lock()), 0us);
   // Never recreated, never renewed again.
   EXPECT_EQ(with_key(masters, held.lock->key), 1u);
   std::this_thread::sleep_for(100ms);
@@ -276,11 +279,12 @@ TEST(LeaseTest, LossIsSignalledWhenTheKeyIsDeletedOnAQuorum) {
 }
 
 // A Lock released through another copy (a second Lease on it, Client::release of the kept
-// Lock) is no longer held: the Lease learns it at its next renewal (taken), as when the masters
-// answer "no key", not at its deadline; and a Lease of a Lock already released is lost at once.
+// Lock) is no longer held: the Lease is lost (taken) as soon as the release is submitted, not
+// at its next renewal (a review: "held" for one renew interval, 1 s here, while another Client
+// was granted), nor at its deadline; and a Lease of a Lock already released is lost at once.
 // (A released Lock's extend is refused before anything is sent; the Lease retried that refusal
 // like a timeout until its deadline: review of 034eff1.)
-TEST(LeaseTest, ALeaseOfALockReleasedThroughAnotherCopyIsLostAtItsNextRenewal) {
+TEST(LeaseTest, ALeaseOfALockReleasedThroughAnotherCopyIsLostAtOnce) {
   RedisServerGroup masters(3);
   Client client(lease_options(masters));
   ASSERT_TRUE(client.wait_connected(3, 5s));
@@ -292,10 +296,25 @@ TEST(LeaseTest, ALeaseOfALockReleasedThroughAnotherCopyIsLostAtItsNextRenewal) {
   Lease first = client.keep(*held.lock);
   Lease second = client.keep(*held.lock, options);
   ASSERT_TRUE(first.release());
-  ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 2000ms)) << "not lost by the first renewal (1 s)";
+  EXPECT_TRUE(second.lost()) << "asked by its holder right after the release";
+  EXPECT_FALSE(second);
+  ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 300ms)) << "not told before its next renewal (1 s)";
   EXPECT_EQ(second.loss(), LossReason::taken);
-  EXPECT_TRUE(second.lost());
-  EXPECT_GT(loss.lead("released through another copy"), microseconds(1000ms));
+  EXPECT_TRUE(second.stop_token().stop_requested());
+  EXPECT_GT(loss.lead("released through another copy"), microseconds(2000ms));
+  EXPECT_FALSE(first.lost()) << "the Lease that released it is released, not lost";
+
+  // Client::release of a copy of the kept Lock, the same.
+  const Result again = acquire_with_ttl(client, "released-by-the-client", 3000ms);
+  ASSERT_TRUE(again) << format_result(again);
+  LossRecord by_client;
+  LeaseOptions by_client_options;
+  by_client_options.on_lost = by_client.callback();
+  Lease kept = client.keep(*again.lock, by_client_options);
+  ASSERT_TRUE(client.release(*again.lock));
+  EXPECT_TRUE(kept.lost());
+  ASSERT_TRUE(eventually([&] { return by_client.signalled(); }, 300ms)) << "not told before its next renewal (1 s)";
+  EXPECT_EQ(kept.loss(), LossReason::taken);
 
   LossRecord at_once;
   LeaseOptions late_options;

@@ -21,8 +21,10 @@
 // before that moment may still run on the masters after it, see docs/leases.md.)
 //
 // Loss. The lease is lost, and says so once, when
-//   - a renewal finds the key gone or held by another owner on enough masters that no quorum
-//     can hold it (LossReason::taken);
+//   - a renewal (or any extend of the Lock on this Client) finds the key gone or held by another
+//     owner on enough masters that no quorum can hold it, or the Lock is released through another
+//     copy (Client::release, another Lease; lost() says so from the release's submission)
+//     (LossReason::taken);
 //   - the restart guard learns that masters which granted the lock restarted without their
 //     keys, leaving fewer than a quorum (LossReason::restarted; told at once, not at the next
 //     renewal);

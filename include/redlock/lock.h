@@ -31,9 +31,10 @@ class Lock {
   // Fencing token when the acquire asked for one (AcquireOptions::fencing), else 0.
   std::uint64_t fence = 0;
 
-  // True once the Client learned that masters which granted this lock restarted (restart
-  // guard) so that fewer than a quorum still vouch for it. A lost lock is never extended.
-  // Always false for an adopted lock (the Client does not know which masters granted it).
+  // True once the Client learned that fewer than a quorum still vouch for this lock: masters
+  // which granted it restarted (restart guard; never for an adopted lock, the Client does not
+  // know which masters granted it), or an extend of it found its key gone or another owner's
+  // on more than N - quorum masters. A lost lock is never extended.
   [[nodiscard]] bool lost() const noexcept;
 
   // True for a Lock rebuilt by Client::adopt whose validity this process does not know

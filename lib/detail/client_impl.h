@@ -132,6 +132,9 @@ class ClientImpl {
   void send_round(const std::shared_ptr<Operation>& op, RoundKind kind);
   void decided(const std::shared_ptr<Operation>& op, Round& round);
   // `state`: which masters granted; `fence`: the acquire's fencing token (0 when unfenced).
+  // A failed extend whose rows prove no quorum can hold the token any more (its key gone or
+  // another owner's on more than N - quorum masters): the Lock is marked lost, for every copy.
+  void mark_lost_if_proven(const Lock& lock, const Result& result);
   void grant(const std::shared_ptr<Operation>& op, std::chrono::steady_clock::time_point started, Result result,
              std::shared_ptr<LockState> state, std::uint64_t fence);
   void fail_attempt(const std::shared_ptr<Operation>& op, Result result);

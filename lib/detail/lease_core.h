@@ -50,7 +50,8 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   [[nodiscard]] bool active() const noexcept {
     return !lost_.load(std::memory_order_acquire) && !stopped_.load(std::memory_order_acquire);
   }
-  // Any thread: lost, or the validity clock has reached deadline - margin. The loop may be
+  // Any thread: lost, or the Lock released through another copy (taken), or the validity clock
+  // has reached deadline - margin. The loop may be
   // late to run the loss timer (a callback that blocks, a flood of input to read), and the
   // holder must never hear "held" past that moment. The first caller to see the moment pass
   // declares the loss (LossReason::deadline); the loop then requests stop and calls on_lost
@@ -78,9 +79,10 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   void renew();
   void renewed(Result result);
   void signal_loss(LossReason reason);  // loop thread: declare (unless declared) and announce
-  // Any thread: records the loss once (with `only_if_overdue`, only once the validity clock has
-  // reached deadline - margin); true for the call that recorded it, with the lock as of then.
-  bool declare_loss(LossReason reason, Lock& lock, bool only_if_overdue);
+  // Any thread: records the loss once; true for the call that recorded it, with the lock as of
+  // then. With `only_if_due`, only once it is due: the Lock released through another copy
+  // (then `reason` becomes taken), or the validity clock at deadline - margin.
+  bool declare_loss(LossReason& reason, Lock& lock, bool only_if_due);
   void announce_loss(LossReason reason, const Lock& lock);  // loop thread
   void cancel_timers(EventLoop& loop) noexcept;
   void cancel_release();  // the release cannot begin (the Client is gone): done gets cancelled

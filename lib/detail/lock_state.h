@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "detail/small_array.h"
+#include "redlock/lease.h"
 #include "redlock/lock.h"
 
 namespace redlock::detail {
@@ -57,9 +58,15 @@ class LockState {
   // granted the lock, 0 if it did not. `votes` counts the non-zero entries.
   SmallArray<std::uint32_t> epochs;
   std::uint32_t votes = 0;
-  // Called once when the restart guard sets `lost` (Leases hook it to learn at once). It
-  // must not call back into the restart guard: it posts to the loop.
-  std::function<void()> on_lost;
+  // Loop thread only. Marks the lock lost (every copy's Lock::lost() says so from now on) and,
+  // the first time, calls on_lost: the restart guard left it below quorum (restarted), or an
+  // extend found its key gone or another owner's on more than N - quorum masters (taken).
+  void mark_lost(LossReason reason) {
+    if (!lost.exchange(true, std::memory_order_acq_rel) && on_lost) on_lost(reason);
+  }
+  // Called by mark_lost (Leases hook it to learn at once). It must not call back into the
+  // restart guard: it posts to the loop.
+  std::function<void(LossReason)> on_lost;
   // Loop thread only. The leases keeping this lock that on_lost tells; expired entries are
   // dropped whenever one is added, so it holds no more than the leases alive then.
   std::vector<std::weak_ptr<LeaseCore>> leases;

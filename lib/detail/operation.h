@@ -72,6 +72,9 @@ struct ReleasePart {
   // Masters (bit i: master i) that were never sent the attempt's SET (not_permitted): nothing
   // of it can stay there, whatever they answer to this release.
   std::uint64_t never_sent = 0;
+  // The released Lock's state, when this Client granted it: the leases keeping it are told at
+  // the release's beginning that it is gone (LockState::on_lost, taken).
+  std::shared_ptr<LockState> state;
 };
 
 struct Operation {
@@ -103,6 +106,7 @@ struct Operation {
   AcquirePart& acquire() { return std::get<AcquirePart>(part); }
   [[nodiscard]] const AcquirePart& acquire() const { return std::get<AcquirePart>(part); }
   ExtendPart& extend() { return std::get<ExtendPart>(part); }
+  ReleasePart& release() { return std::get<ReleasePart>(part); }
 };
 
 }  // namespace redlock::detail
