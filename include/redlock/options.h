@@ -106,7 +106,9 @@ struct ClientOptions {
   // release, but its OK counts as `not_counted`. The Client reads INFO server (run_id,
   // uptime_in_seconds), CONFIG GET appendonly/appendfsync/no-appendfsync-on-rewrite and INFO
   // persistence (AOF rewrites since the start) on every (re)connect, and the durability again
-  // every second while a master counts as durable. Its age is uptime - 1 s (Redis rounds uptime up by up to 1 s); once this Client
+  // every second while a master counts as durable. INFO replication (its role: a replica does
+  // not vote; with the guard on, one seen becoming a replica counts as restarted) is read at
+  // every connect and every second on a live connection, with the guard on or off. A master's age is uptime - 1 s (Redis rounds uptime up by up to 1 s); once this Client
   // has seen a master's run_id change, the age counts from that moment on the Client's own
   // clock, so a wall-clock step on the master cannot make it look old (a first contact can
   // only trust uptime). A run_id change also removes that master's vote from every lock this
