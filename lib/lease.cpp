@@ -166,8 +166,8 @@ void LeaseCore::start() {
       };
     }
   }
-  if (lock.lost()) {
-    signal_loss(LossReason::restarted);
+  if (lock.lost()) {  // restarted, or taken (an extend found it gone): as marked
+    signal_loss(LockAccess::state(lock)->lost_because());
     return;
   }
   if (client->given_up(lock)) {  // released (through any copy): the keys are gone or going
@@ -244,8 +244,8 @@ void LeaseCore::renewed(Result result) {
   // Marked lost: by the restart guard, or by an extend that found it gone (this renewal's own,
   // whose mark already declared the loss as taken through the hook). An extend of a lost lock
   // is refused.
-  if (this->lock().lost()) {
-    signal_loss(LossReason::restarted);
+  if (const Lock held = this->lock(); held.lost()) {
+    signal_loss(LockAccess::state(held)->lost_because());
     return;
   }
   if (client->given_up(this->lock())) {  // released through another copy (its extend is refused)

@@ -179,14 +179,15 @@ void MasterSet::warn_replica(std::uint32_t index) {
 }
 
 // INFO replication read again on a live connection. A reply that did not come (the connection
-// went down: the next handshake reads it) or a LOADING / BUSY error tells nothing; another
-// error (INFO refused by the ACL) leaves the role unknown, as at a handshake.
+// went down: the next handshake reads it) or BUSY tells nothing; an error (INFO refused by the
+// ACL) leaves the role unknown, as at a handshake, and so does LOADING: a server loading a
+// dataset on a live connection is a replica's full sync replacing its keys, or a reload.
 class MasterSet::RoleRead final : public ReplySink {
  public:
   explicit RoleRead(MasterSet& set) : set_(set) {}
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view) override {
     if (reply == nullptr || set_.closed_ ||
-        (reply->type == REDIS_REPLY_ERROR && is_server_state_error(std::string_view(reply->str, reply->len)))) {
+        (reply->type == REDIS_REPLY_ERROR && std::string_view(reply->str, reply->len).starts_with("BUSY "))) {
       return;
     }
     ServerInfo read;

@@ -86,15 +86,14 @@ bool RestartGuard::observe_role(std::uint32_t index, const ServerInfo& info) {
     master.replica = true;
   } else if (info.role == "master") {
     // Demoted and promoted again between two reads: the promotion put the ID it had as a
-    // replica into replid2. A master's own ID also changes when its first replica attaches or
-    // its backlog is freed, which clear replid2; so a freed backlog hides a promotion, and
-    // across a gap in the reads (a reconnect, an unreadable role) any change of the ID counts
-    // (a review: demoted and promoted while cut off, then the backlog freed: two holders).
-    // Read every second on a live connection, a demotion is seen as the role itself.
+    // replica into replid2 (its own old one, when a full sync flushed its keys and then failed
+    // to load: a review, two holders). A master's own ID also changes when its first replica
+    // attaches or its backlog is freed, which clear replid2; so a freed backlog hides a
+    // promotion, and across a gap in the reads (a reconnect, an unreadable role) any change of
+    // the ID counts (a review: demoted and promoted while cut off, then the backlog freed: two
+    // holders). Read every second on a live connection, a demotion is seen as the role itself.
     const bool id_changed = !master.replid.empty() && !info.replid.empty() && info.replid != master.replid;
-    const bool id_moved =
-        id_changed &&
-        (master.role_gap || (!info.replid2.empty() && info.replid2 != kNoId && info.replid2 != master.replid));
+    const bool id_moved = id_changed && (master.role_gap || (!info.replid2.empty() && info.replid2 != kNoId));
     replaced = master.replica || id_moved;
     master.replica = false;
   }

@@ -266,9 +266,13 @@ TEST(LeaseTest, LossIsSignalledWhenTheKeyIsDeletedOnAQuorum) {
   EXPECT_EQ(lease.loss(), LossReason::taken);
   EXPECT_TRUE(loss.stop_callback_ran);
   EXPECT_GT(loss.lead("key deleted on a quorum").count(), 0);
-  // Every copy of the Lock says so too: another Client may hold it now.
+  // Every copy of the Lock says so too: another Client may hold it now; and a Lease kept on
+  // it later is lost at once, for the same reason (a review: it said restarted).
   EXPECT_TRUE(held.lock->lost());
   EXPECT_EQ(client.remaining(lease.lock()), 0us);
+  Lease later = client.keep(*held.lock);
+  EXPECT_TRUE(eventually([&] { return later.loss().has_value(); }, 500ms));
+  EXPECT_EQ(later.loss(), LossReason::taken);
   // Never recreated, never renewed again.
   EXPECT_EQ(with_key(masters, held.lock->key), 1u);
   std::this_thread::sleep_for(100ms);

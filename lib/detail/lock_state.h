@@ -62,8 +62,13 @@ class LockState {
   // the first time, calls on_lost: the restart guard left it below quorum (restarted), or an
   // extend found its key gone or another owner's on more than N - quorum masters (taken).
   void mark_lost(LossReason reason) {
-    if (!lost.exchange(true, std::memory_order_acq_rel) && on_lost) on_lost(reason);
+    if (lost.load(std::memory_order_acquire)) return;
+    lost_because_.store(reason, std::memory_order_relaxed);
+    lost.store(true, std::memory_order_release);
+    if (on_lost) on_lost(reason);
   }
+  // Any thread, once `lost` reads true: why (mark_lost's reason).
+  [[nodiscard]] LossReason lost_because() const noexcept { return lost_because_.load(std::memory_order_relaxed); }
   // Called by mark_lost (Leases hook it to learn at once). It must not call back into the
   // restart guard: it posts to the loop.
   std::function<void(LossReason)> on_lost;
@@ -72,6 +77,7 @@ class LockState {
   std::vector<std::weak_ptr<LeaseCore>> leases;
 
  private:
+  std::atomic<LossReason> lost_because_{LossReason::restarted};
   std::atomic<std::chrono::steady_clock::rep> deadline_ns_{std::chrono::steady_clock::time_point::min().time_since_epoch().count()};
 };
 

@@ -74,8 +74,8 @@ class RestartGuard {
   // live connection). Returns true when its keys may have been replaced since the last read:
   // it is a replica now and was not, it was one and is a master again, or its replication ID
   // changed across a gap in the reads (role_gap), or the way only a stay as a replica changes
-  // it (a promotion leaves a non-zero master_replid2 other than the ID last read; a freed
-  // backlog clears that, hence the gap rule). Then, as for a restart without its keys, the
+  // it (a promotion leaves a non-zero master_replid2; a freed backlog clears that, hence the
+  // gap rule). Then, as for a restart without its keys, the
   // votes it gave are taken away from held locks and its grants count only once max_lock_ttl
   // has passed since it was last seen a replica.
   bool observe_role(std::uint32_t index, const ServerInfo& info);
