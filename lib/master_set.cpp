@@ -179,17 +179,16 @@ void MasterSet::warn_replica(std::uint32_t index) {
 }
 
 // INFO replication read again on a live connection. A reply that did not come (the connection
-// went down: the next handshake reads it) or BUSY tells nothing; an error (INFO refused by the
-// ACL) leaves the role unknown, as at a handshake, and so does LOADING: a server loading a
-// dataset on a live connection is a replica's full sync replacing its keys, or a reload.
+// went down: the next handshake reads it) tells nothing here; any error leaves the role unknown,
+// as at a handshake (a gap in the reads): INFO refused by the ACL; LOADING (a server loading a
+// dataset on a live connection is a replica's full sync replacing its keys, or a reload); BUSY
+// (a review: reads kept BUSY by a script while a promoted master's backlog was freed hid the
+// promotion: two holders).
 class MasterSet::RoleRead final : public ReplySink {
  public:
   explicit RoleRead(MasterSet& set) : set_(set) {}
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view) override {
-    if (reply == nullptr || set_.closed_ ||
-        (reply->type == REDIS_REPLY_ERROR && std::string_view(reply->str, reply->len).starts_with("BUSY "))) {
-      return;
-    }
+    if (reply == nullptr || set_.closed_) return;
     ServerInfo read;
     read_info_replication(*reply, read);
     set_.role_read(index, read);
@@ -244,9 +243,11 @@ void MasterSet::arm_periodic_read(std::uint32_t index) {
 void MasterSet::read_periodically(std::uint32_t index) {
   // Not ready: the next handshake reads it all (and on_ready arms the next read).
   if (closed_ || !ready(index)) return;
-  // A backlog that refuses part of it leaves it unanswered: the next read tries again.
-  if (send(index, encode_command({"INFO", "replication"}), std::make_shared<RoleRead>(*this)) && guard_.enabled() &&
-      guard_.incarnation(index).durable) {
+  // A backlog that refuses part of it leaves it unanswered: the next read tries again. A role
+  // read refused so is a gap in the reads (RestartGuard::observe_role).
+  const bool role_sent = send(index, encode_command({"INFO", "replication"}), std::make_shared<RoleRead>(*this));
+  if (!role_sent) guard_.observe_role(index, ServerInfo{});
+  if (role_sent && guard_.enabled() && guard_.incarnation(index).durable) {
     auto read = std::make_shared<DurabilityRead>(*this, guard_.incarnation(index).epoch);
     for (const char* parameter : {kConfigRead[1], kConfigRead[2], kConfigRead[3]}) {
       if (!send(index, encode_command({"CONFIG", "GET", parameter}), read)) break;
