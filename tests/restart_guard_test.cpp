@@ -44,6 +44,17 @@ void wait_until_counted(Client& client, const std::string& probe) {
       10s));
 }
 
+// Makes `server` a replica of `upstream` and waits until its link is up: the full sync has
+// replaced its keys by then.
+void make_replica(const support::RedisServer& server, const support::RedisServer& upstream) {
+  server.command({"REPLICAOF", "127.0.0.1", std::to_string(upstream.port())});
+  ASSERT_TRUE(eventually(
+      [&] {
+        return server.command({"INFO", "replication"}).str.find("master_link_status:up") != std::string::npos;
+      },
+      10s));
+}
+
 TEST(RestartGuardTest, AFreshMasterIsConnectedButNotCounted) {
   RedisServerGroup masters(3);
   Client client(guarded(masters, true));
@@ -681,12 +692,7 @@ TEST(RestartGuardTest, AWritableReplicaListedAsAMasterIsNotCounted) {
   RedisServerGroup masters(3);
   RedisServerGroup upstream(1);
   masters[1].command({"CONFIG", "SET", "replica-read-only", "no"});
-  masters[1].command({"REPLICAOF", "127.0.0.1", std::to_string(upstream[0].port())});
-  ASSERT_TRUE(eventually(
-      [&] {
-        return masters[1].command({"INFO", "replication"}).str.find("master_link_status:up") != std::string::npos;
-      },
-      10s));
+  ASSERT_NO_FATAL_FAILURE(make_replica(masters[1], upstream[0]));
   auto options = options_for(masters);
   std::vector<std::string> warnings;
   std::mutex warnings_mutex;
@@ -759,12 +765,7 @@ TEST(RestartGuardTest, AMasterMadeAReplicaWhileConnectedStopsVotingAndLosesItsVo
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   ASSERT_NE(held.masters[0].status, MasterStatus::ok) << format_result(held);  // held_by_other, or pending
   masters[1].command({"CONFIG", "SET", "replica-read-only", "no"});
-  masters[1].command({"REPLICAOF", "127.0.0.1", std::to_string(upstream[0].port())});
-  ASSERT_TRUE(eventually(
-      [&] {
-        return masters[1].command({"INFO", "replication"}).str.find("master_link_status:up") != std::string::npos;
-      },
-      10s));
+  ASSERT_NO_FATAL_FAILURE(make_replica(masters[1], upstream[0]));
   ASSERT_EQ(masters[1].command({"EXISTS", "redlock:demoted"}).integer, 0);  // wiped by the resync
   ASSERT_EQ(masters[2].command({"EXISTS", "redlock:demoted"}).integer, 1);
   std::this_thread::sleep_for(1500ms);  // one role read (every second) and then some
@@ -812,12 +813,7 @@ TEST(RestartGuardTest, AMasterMadeAReplicaAndPromotedWhileThisClientWasCutOffIsN
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   const std::uint16_t nobody = std::make_unique<LoopbackListener>("closed")->port();
   address.retarget(nobody);  // cut: reconnects are refused until retargeted back
-  masters[0].command({"REPLICAOF", "127.0.0.1", std::to_string(upstream[0].port())});
-  ASSERT_TRUE(eventually(
-      [&] {
-        return masters[0].command({"INFO", "replication"}).str.find("master_link_status:up") != std::string::npos;
-      },
-      10s));
+  ASSERT_NO_FATAL_FAILURE(make_replica(masters[0], upstream[0]));
   masters[0].command({"REPLICAOF", "NO", "ONE"});
   masters[0].command({"CONFIG", "SET", "repl-backlog-ttl", "1"});
   ASSERT_TRUE(eventually(
