@@ -201,7 +201,13 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
     // Given up from its submission on, whatever the release's outcome: the leases keeping the
     // Lock through other copies stop now, not at their next renewal (a review: "held" for one
     // renew interval while another Client was granted). The releasing Lease is stopped already.
-    if (auto state = std::move(op->release().state); state && state->on_lost) state->on_lost(LossReason::taken);
+    // A copy without the state (adopted) finds the granted copies by key and token (a review:
+    // the original said "held" until its next renewal).
+    if (auto state = std::move(op->release().state); state) {
+      if (state->on_lost) state->on_lost(LossReason::taken);
+    } else if (!op->internal()) {
+      masters_.released_elsewhere(owner_of(op->key, op->release().token));
+    }
   }
   if (shutting_down_ && !op->internal()) {
     refused.outcome = Outcome::cancelled;

@@ -204,6 +204,14 @@ void RestartGuard::carry_votes_of(std::uint32_t index, std::uint32_t previous_ep
   }
 }
 
+void RestartGuard::released_elsewhere(std::uint64_t owner) {
+  for (const auto& weak : live_locks_) {
+    const auto state = weak.lock();
+    if (!state || state->owner != owner || state->released.exchange(true, std::memory_order_acq_rel)) continue;
+    if (state->on_lost) state->on_lost(LossReason::taken);
+  }
+}
+
 void RestartGuard::remember(const std::shared_ptr<LockState>& state) {
   sweep_when_doubled(live_locks_, live_locks_sweep_at_, 1024,
                      [](const std::weak_ptr<LockState>& weak) { return weak.expired(); });

@@ -328,6 +328,38 @@ TEST(LeaseTest, ALeaseOfALockReleasedThroughAnotherCopyIsLostAtOnce) {
   EXPECT_EQ(late.loss(), LossReason::taken);
 }
 
+// A copy rebuilt with Client::adopt (the token handed to another part of the program) has no
+// state in common with the granted Lock: releasing it left the original "held", remaining()
+// counting down and its Lease renewing into a lock the masters had already deleted, until the
+// next renewal failed (a review; another Client could be granted meanwhile). The Client that
+// granted the lock finds the original when the adopted copy's release begins on its loop.
+TEST(LeaseTest, ALockReleasedThroughAnAdoptedCopyIsGivenUpByTheOriginal) {
+  RedisServerGroup masters(3);
+  Client client(lease_options(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result held = acquire_with_ttl(client, "released-adopted", 3000ms);
+  ASSERT_TRUE(held) << format_result(held);
+  LossRecord loss;
+  LeaseOptions options;
+  options.on_lost = loss.callback();
+  Lease kept = client.keep(*held.lock, options);
+  const Lock adopted = client.adopt(held.lock->resource, held.lock->token, held.lock->fence);
+  ASSERT_TRUE(client.release(adopted));
+  EXPECT_TRUE(kept.lost()) << "asked by its holder right after the release returned";
+  EXPECT_EQ(client.remaining(*held.lock), microseconds(0));
+  ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 300ms)) << "not told before its next renewal (1 s)";
+  EXPECT_EQ(kept.loss(), LossReason::taken);
+
+  // Another lock under the same key but another token (released and acquired again) is not
+  // given up by the release of an adopted copy of the first.
+  const Result next = acquire_with_ttl(client, "released-adopted", 3000ms);
+  ASSERT_TRUE(next) << format_result(next);
+  const Result stale = client.release(adopted);  // "released": its token holds the key nowhere
+  EXPECT_GE(stale.count(MasterStatus::held_by_other), 2u) << format_result(stale);
+  EXPECT_GT(client.remaining(*next.lock), microseconds(1000ms));
+  ASSERT_TRUE(client.release(*next.lock));
+}
+
 TEST(LeaseTest, LossIsSignalledAtOnceWhenAMajorityRestartsUnderTheRestartGuard) {
   RedisServerGroup masters(3);
   auto options = lease_options(masters);

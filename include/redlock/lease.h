@@ -23,8 +23,9 @@
 // Loss. The lease is lost, and says so once, when
 //   - a renewal (or any extend of the Lock on this Client) finds the key gone or held by another
 //     owner on enough masters that no quorum can hold it, or the Lock is released through another
-//     copy (Client::release, another Lease; lost() says so from the release's submission)
-//     (LossReason::taken);
+//     copy (Client::release, another Lease; lost() says so from the release's submission; for
+//     a copy rebuilt by Client::adopt on the granting Client, once the release begins on its
+//     loop) (LossReason::taken);
 //   - the restart guard learns that masters which granted the lock restarted without their
 //     keys, leaving fewer than a quorum (LossReason::restarted; told at once, not at the next
 //     renewal);

@@ -95,6 +95,9 @@ class MasterSet {
 
   // A lock this Client granted (the restart guard may take votes away from it later).
   void remember(const std::shared_ptr<LockState>& state) { guard_.remember(state); }
+  // A release of the lock owner_of(key, token) through a copy that shares no state with the
+  // granted one (Client::adopt): the granted copies give it up too.
+  void released_elsewhere(std::uint64_t owner) { guard_.released_elsewhere(owner); }
 
  private:
   // What the set has already warned about for one master (warned once per problem).

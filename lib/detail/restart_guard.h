@@ -103,6 +103,10 @@ class RestartGuard {
 
   // A lock this Client granted: a later restart of its masters may take their votes away.
   void remember(const std::shared_ptr<LockState>& state);
+  // The lock owner_of(key, token) was released through a copy without this Client's state (an
+  // adopted one): its remembered states are given up (released, their leases told `taken`).
+  // A scan of the live locks, on that path only (a release of a granted copy carries its state).
+  void released_elsewhere(std::uint64_t owner);
 
  private:
   void forget_votes_of(std::uint32_t index);
