@@ -556,8 +556,8 @@ std::string loss_text(redlock::LossReason reason) {
     case redlock::LossReason::taken:
       return "a renewal was refused: the key is gone or owned by another on a quorum of masters (lease lost: taken)";
     case redlock::LossReason::restarted:
-      return "masters that granted it restarted without their keys, leaving fewer than a quorum (restart guard; "
-             "lease lost: restarted)";
+      return "masters that granted it restarted without their keys or were made replicas (a resync replaces "
+             "their keys), leaving fewer than a quorum (restart guard; lease lost: restarted)";
     case redlock::LossReason::deadline:
       break;
   }

@@ -111,7 +111,7 @@ std::optional<std::uint64_t> MasterSet::counted_in_ns(std::uint32_t index) const
 
 std::optional<std::string> MasterSet::not_counted(std::uint32_t index, bool fenced) const {
   const ServerInfo& info = server_info(index);
-  if (info.role == "replica") return replica_reason(info);
+  if (info.role == "replica") return replica_reason(info.replica_of);
   if (auto why = guard_.not_counted(index, info)) return why;
   if (guard_.enabled() && info.role.empty()) {
     // The guard's promise covers keys a master forgets; a writable replica forgets them at its
@@ -129,10 +129,10 @@ std::optional<std::string> MasterSet::not_counted(std::uint32_t index, bool fenc
 // from its own master then wipes the key and the fencing counter while its run_id and our
 // connection stay: the restart guard sees nothing (a review: two holders 5 of 5, fencing
 // tokens 8 -> 1). A read-only one refuses the SET (READONLY) anyway.
-std::string MasterSet::replica_reason(const ServerInfo& info) {
-  return "a replica (of " + info.replica_of +
-         "), not a master: a resync from its master wipes its keys and fencing counter, so its grants are not "
-         "counted; list only independent masters";
+std::string MasterSet::replica_reason(std::string_view replica_of) {
+  return "a replica (of " + std::string(replica_of) +
+         "), not a master: it refuses the lock's SET (READONLY), or if writable a resync from its master wipes its "
+         "keys and fencing counter, so its grants are not counted; list only independent masters";
 }
 
 void MasterSet::on_ready(std::uint32_t index) {
@@ -172,7 +172,7 @@ void MasterSet::warn_replica(std::uint32_t index) {
   if (info.role != "replica") {
     replica_warned.clear();
   } else if (info.replica_of != replica_warned &&
-             diagnostics_.warn("master " + names_[index] + " is " + replica_reason(info),
+             diagnostics_.warn("master " + names_[index] + " is " + replica_reason(info.replica_of),
                                names_[index] + " (replica)")) {
     replica_warned = info.replica_of;
   }

@@ -314,9 +314,7 @@ void StatusQuery::assess(std::uint32_t index, const std::vector<MasterReport>& e
 
   auto& warnings = report.warnings;
   if (report.role == "replica") {
-    warnings.push_back("a replica (of " + report.replica_of +
-                       "), not a master: it refuses the lock's SET (READONLY), or if writable loses it at its next "
-                       "sync; list only independent masters");
+    warnings.push_back(MasterSet::replica_reason(report.replica_of));
   }
   if (report.reachable && !report.role) {
     warnings.push_back("role unknown (" + report.role_error +

@@ -27,8 +27,8 @@
 //     a copy rebuilt by Client::adopt on the granting Client, once the release begins on its
 //     loop) (LossReason::taken);
 //   - the restart guard learns that masters which granted the lock restarted without their
-//     keys, leaving fewer than a quorum (LossReason::restarted; told at once, not at the next
-//     renewal);
+//     keys, or were made replicas (a resync replaces their keys), leaving fewer than a quorum
+//     (LossReason::restarted; told at once, not at the next renewal);
 //   - deadline - loss_margin arrives without a successful renewal (LossReason::deadline).
 // Then, on the Client's loop thread and in this order: stop is requested on stop_token()
 // (std::stop_callbacks registered on it run there and then; on a caller's loop one may destroy
@@ -84,7 +84,8 @@ using Callback = std::function<void(Result)>;
 enum class LossReason {
   taken,      // a renewal found the key gone or another owner's token on a quorum, or the Lock
               // released through another copy of it (Client::release, another Lease)
-  restarted,  // restart guard: masters that granted it restarted; below quorum now (Lock::lost())
+  restarted,  // restart guard: masters that granted it restarted (or became replicas); below
+              // quorum now (Lock::lost())
   deadline,   // deadline - loss_margin arrived without a successful renewal
 };
 

@@ -67,8 +67,9 @@ class MasterSet {
   [[nodiscard]] bool notifications_permitted(std::uint32_t index) const noexcept;
   // Why master `index`'s grant is not a vote now (restart guard; fenced: the catch-up too).
   [[nodiscard]] std::optional<std::string> not_counted(std::uint32_t index, bool fenced) const;
-  // Why a master whose INFO replication says "replica" does not vote (not_counted says it).
-  [[nodiscard]] static std::string replica_reason(const ServerInfo& info);
+  // Why a master whose INFO replication says "replica" does not vote (not_counted, its warning
+  // and status say it).
+  [[nodiscard]] static std::string replica_reason(std::string_view replica_of);
   // Restart guard: how long until master `index`'s grants count, when only its age keeps
   // them from counting now (for `redlock status`).
   [[nodiscard]] std::optional<std::uint64_t> counted_in_ns(std::uint32_t index) const;
