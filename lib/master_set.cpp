@@ -180,10 +180,10 @@ void MasterSet::warn_replica(std::uint32_t index) {
 
 // INFO replication read again on a live connection. A reply that did not come (the connection
 // went down: the next handshake reads it) tells nothing here; any error leaves the role unknown,
-// as at a handshake (a gap in the reads): INFO refused by the ACL; LOADING (a server loading a
-// dataset on a live connection is a replica's full sync replacing its keys, or a reload); BUSY
-// (a review: reads kept BUSY by a script while a promoted master's backlog was freed hid the
-// promotion: two holders).
+// as at a handshake (a gap in the reads): INFO refused by the ACL (RestartGuardTest.
+// AMasterPromotedWhileItsRoleReadsWereRefusedIsNotCountedAtOnce); BUSY (a review: reads kept
+// BUSY by a script while a promoted master's backlog was freed hid the promotion: two
+// holders); LOADING (Redis 7 answers INFO while loading; another server might not).
 class MasterSet::RoleRead final : public ReplySink {
  public:
   explicit RoleRead(MasterSet& set) : set_(set) {}
