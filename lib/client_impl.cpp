@@ -489,6 +489,10 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
     LockAccess::set_state(lock, std::move(state));
   } else {
     lock = std::move(op->extend().lock);
+    // An adopted or another Client's Lock got a state of this Client's for the extend: kept
+    // among the live locks, so that a release through another adopted copy finds it (no
+    // epochs: the restart guard passes it by).
+    if (lock.adopted()) masters_.remember(LockAccess::state(lock));
     LockAccess::set_adopted(lock, false);  // its validity is known from now on
   }
   lock.ttl = op->ttl;

@@ -358,6 +358,21 @@ TEST(LeaseTest, ALockReleasedThroughAnAdoptedCopyIsGivenUpByTheOriginal) {
   EXPECT_GE(stale.count(MasterStatus::held_by_other), 2u) << format_result(stale);
   EXPECT_GT(client.remaining(*next.lock), microseconds(1000ms));
   ASSERT_TRUE(client.release(*next.lock));
+
+  // A Lock made this Client's by extending an adopted copy (what keeping an adopted token
+  // takes) is given up the same way.
+  const Result third = acquire_with_ttl(client, "released-adopted-extended", 3000ms);
+  ASSERT_TRUE(third) << format_result(third);
+  const Result extended = client.extend(client.adopt(third.lock->resource, third.lock->token));
+  ASSERT_TRUE(extended) << format_result(extended);
+  LossRecord extended_loss;
+  LeaseOptions extended_options;
+  extended_options.on_lost = extended_loss.callback();
+  Lease kept_extended = client.keep(*extended.lock, extended_options);
+  ASSERT_TRUE(client.release(client.adopt(third.lock->resource, third.lock->token)));
+  EXPECT_TRUE(kept_extended.lost()) << "asked by its holder right after the release returned";
+  ASSERT_TRUE(eventually([&] { return extended_loss.signalled(); }, 300ms)) << "not told before its next renewal";
+  EXPECT_EQ(kept_extended.loss(), LossReason::taken);
 }
 
 TEST(LeaseTest, LossIsSignalledAtOnceWhenAMajorityRestartsUnderTheRestartGuard) {

@@ -94,7 +94,8 @@ class MasterSet {
   [[nodiscard]] std::uint32_t incarnations_seen(std::uint32_t index) const { return catch_up_.generation(index); }
   [[nodiscard]] bool fence_caught_up(std::uint32_t index) const { return catch_up_.ready(index); }
 
-  // A lock this Client granted (the restart guard may take votes away from it later).
+  // A lock this Client granted (the restart guard may take votes away from it later), or made
+  // its own by extending an adopted copy.
   void remember(const std::shared_ptr<LockState>& state) { guard_.remember(state); }
   // A release of the lock owner_of(key, token) through a copy that shares no state with the
   // granted one (Client::adopt): the granted copies give it up too.

@@ -101,7 +101,9 @@ class RestartGuard {
   [[nodiscard]] const Incarnation& incarnation(std::uint32_t index) const { return masters_[index]; }
   [[nodiscard]] bool enabled() const noexcept { return enabled_; }
 
-  // A lock this Client granted: a later restart of its masters may take their votes away.
+  // A lock this Client granted: a later restart of its masters may take their votes away. Also
+  // one it made its own by extending an adopted copy (no epochs: only released_elsewhere
+  // finds it).
   void remember(const std::shared_ptr<LockState>& state);
   // The lock owner_of(key, token) was released through a copy without this Client's state (an
   // adopted one): its remembered states are given up (released, their leases told `taken`).
