@@ -576,7 +576,6 @@ void Connection::role_read(const ServerInfo& read) {
   info_.replica_of = read.replica_of;
   info_.role_error = read.role_error;
   info_.replid = read.replid;
-  info_.replid2 = read.replid2;
 }
 
 void Connection::fail(std::string reason) {

@@ -180,10 +180,9 @@ void MasterSet::warn_replica(std::uint32_t index) {
 
 // INFO replication read again on a live connection. A reply that did not come (the connection
 // went down: the next handshake reads it) tells nothing here; any error leaves the role unknown,
-// as at a handshake (a gap in the reads): INFO refused by the ACL (RestartGuardTest.
-// AMasterPromotedWhileItsRoleReadsWereRefusedIsNotCountedAtOnce); BUSY (a review: reads kept
-// BUSY by a script while a promoted master's backlog was freed hid the promotion: two
-// holders); LOADING (Redis 7 answers INFO while loading; another server might not).
+// as at a handshake: INFO refused by the ACL, BUSY (a script), LOADING (Redis 7 answers INFO
+// while loading; another server might not). The next read that tells compares the replication
+// ID with the last one read (RestartGuardTest.AMasterPromotedWhileItsRoleReadsWereRefusedIs...).
 class MasterSet::RoleRead final : public ReplySink {
  public:
   explicit RoleRead(MasterSet& set) : set_(set) {}
@@ -243,11 +242,10 @@ void MasterSet::arm_periodic_read(std::uint32_t index) {
 void MasterSet::read_periodically(std::uint32_t index) {
   // Not ready: the next handshake reads it all (and on_ready arms the next read).
   if (closed_ || !ready(index)) return;
-  // A backlog that refuses part of it leaves it unanswered: the next read tries again. A role
-  // read refused so is a gap in the reads (RestartGuard::observe_role).
-  const bool role_sent = send(index, encode_command({"INFO", "replication"}), std::make_shared<RoleRead>(*this));
-  if (!role_sent) guard_.observe_role(index, ServerInfo{});
-  if (role_sent && guard_.enabled() && guard_.incarnation(index).durable) {
+  // A backlog that refuses part of it leaves it unanswered: the next read tries again (and
+  // compares the replication ID with the last one read: RestartGuard::observe_role).
+  if (send(index, encode_command({"INFO", "replication"}), std::make_shared<RoleRead>(*this)) && guard_.enabled() &&
+      guard_.incarnation(index).durable) {
     auto read = std::make_shared<DurabilityRead>(*this, guard_.incarnation(index).epoch);
     for (const char* parameter : {kConfigRead[1], kConfigRead[2], kConfigRead[3]}) {
       if (!send(index, encode_command({"CONFIG", "GET", parameter}), read)) break;

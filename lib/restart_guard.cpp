@@ -54,7 +54,6 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
     // observe_role reads the new incarnation's role afresh.
     master.replica = false;
     master.replid.clear();
-    master.role_gap = false;
     if (restarted && enabled_) {
       if (kept_keys) {
         carry_votes_of(index, master.epoch - 1);
@@ -75,30 +74,24 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
 
 bool RestartGuard::observe_role(std::uint32_t index, const ServerInfo& info) {
   Incarnation& master = masters_[index];
-  static constexpr std::string_view kNoId = "0000000000000000000000000000000000000000";
   bool replaced = false;
-  if (info.role.empty()) {
-    master.role_gap = true;  // INFO replication refused, say: whatever happens now is unseen
-    return false;
-  }
+  if (info.role.empty()) return false;  // INFO replication refused, say: the next read compares
   if (info.role == "replica") {
     replaced = !master.replica;
     master.replica = true;
   } else if (info.role == "master") {
-    // Demoted and promoted again between two reads: the promotion put the ID it had as a
-    // replica into replid2 (its own old one, when a full sync flushed its keys and then failed
-    // to load: a review, two holders). A master's own ID also changes when its first replica
-    // attaches or its backlog is freed, which clear replid2; so a freed backlog hides a
-    // promotion, and across a gap in the reads (a reconnect, an unreadable role) any change of
-    // the ID counts (a review: demoted and promoted while cut off, then the backlog freed: two
-    // holders). Read every second on a live connection, a demotion is seen as the role itself.
+    // Read every second on a live connection, a demotion is mostly seen as the role itself.
+    // One between two reads, or while the reads were cut off, refused or held up, is read from
+    // the replication ID, which a promotion changes: any change counts. Telling a promotion
+    // from a master's own new ID (its first replica attached with no backlog, its backlog
+    // freed after repl-backlog-ttl) by master_replid2 failed three ways in reviews, each two
+    // holders: a freed backlog zeroes replid2, across a reconnect, a refused read, or a read
+    // held up by CLIENT PAUSE. Those benign changes now cost a false loss (availability).
     const bool id_changed = !master.replid.empty() && !info.replid.empty() && info.replid != master.replid;
-    const bool id_moved = id_changed && (master.role_gap || (!info.replid2.empty() && info.replid2 != kNoId));
-    replaced = master.replica || id_moved;
+    replaced = master.replica || id_changed;
     master.replica = false;
   }
   if (!info.replid.empty()) master.replid = info.replid;
-  master.role_gap = false;
   if (master.replica || replaced) master.replica_seen_ns = now_ns();
   if (!replaced) return false;
   // Like a restart without its keys: a new epoch, the old one's votes taken away, and what
@@ -122,7 +115,6 @@ void RestartGuard::durability_read(std::uint32_t index, std::uint32_t epoch, con
 
 void RestartGuard::connection_lost(std::uint32_t index) {
   Incarnation& master = masters_[index];
-  master.role_gap = true;  // observe_role: its role is not read until the next handshake
   // Only a connection that was ready: failed attempts to reach a restarting server (refused,
   // LOADING) say nothing of when the old one was last alive.
   if (!master.connected) return;

@@ -74,10 +74,8 @@ void read_info_replication(const redisReply& reply, ServerInfo& info) {
     return;
   }
   const std::string_view text(reply.str, reply.len);
-  for (auto [name, field] :
-       {std::pair{"\nmaster_replid:", &info.replid}, std::pair{"\nmaster_replid2:", &info.replid2}}) {
-    const std::string_view id = info_field(text, name);
-    if (id.size() <= kMaxRunIdSize) *field = std::string(id);
+  if (const std::string_view id = info_field(text, "\nmaster_replid:"); id.size() <= kMaxRunIdSize) {
+    info.replid = std::string(id);
   }
   const std::string_view role = info_field(text, "\nrole:");
   if (role == "master") {

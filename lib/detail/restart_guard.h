@@ -53,9 +53,6 @@ struct Incarnation {
   // since (the age rule, from then on).
   std::uint64_t replica_seen_ns = 0;
   std::string replid;  // master_replid as last read, in this incarnation ("" = unknown)
-  // Since that read this Client has not read the role all along: a connection was lost, or a
-  // read could not tell the role (INFO refused). A demotion and promotion may have passed unseen.
-  bool role_gap = false;
 };
 
 class RestartGuard {
@@ -73,9 +70,9 @@ class RestartGuard {
   // Master `index`'s role read (after observe() at a handshake, and again every second on a
   // live connection). Returns true when its keys may have been replaced since the last read:
   // it is a replica now and was not, it was one and is a master again, or its replication ID
-  // changed across a gap in the reads (role_gap), or the way only a stay as a replica changes
-  // it (a promotion leaves a non-zero master_replid2; a freed backlog clears that, hence the
-  // gap rule). Then, as for a restart without its keys, the
+  // changed (a promotion changes it; so do a first replica attached with no backlog and a
+  // freed backlog, which are taken for one: a false loss). Then, as for a restart without its
+  // keys, the
   // votes it gave are taken away from held locks and its grants count only once max_lock_ttl
   // has passed since it was last seen a replica.
   bool observe_role(std::uint32_t index, const ServerInfo& info);

@@ -40,11 +40,10 @@ struct ServerInfo {
   std::string role;
   std::string replica_of;
   std::string role_error;
-  // INFO replication's master_replid and master_replid2 (empty when unknown or over 64 bytes).
-  // A replica takes its master's ID at a sync; a promotion moves the ID it had into replid2
-  // (the restart guard reads a change of role from them: RestartGuard::observe_role).
+  // INFO replication's master_replid (empty when unknown or over 64 bytes). A replica takes its
+  // master's ID at a sync and a promotion gives it a new one (the restart guard takes any change
+  // for keys replaced: RestartGuard::observe_role).
   std::string replid;
-  std::string replid2;
   // The permission check (LockCommands::handshake_steps, docs/permissions.md): why this
   // connection's user may not run the lock paths, or the fencing paths; empty when proven
   // (the fencing part also when the server cannot tell: Redis before 7.0).
