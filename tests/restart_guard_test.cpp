@@ -55,6 +55,14 @@ void make_replica(const support::RedisServer& server, const support::RedisServer
       10s));
 }
 
+// Acquires `key` once every master counts and is clear of the age rule (uptime, read again at
+// a reconnect, may say the server is up to 1 s younger than the first reading did).
+Result acquire_when_counted(Client& client, const std::string& key) {
+  wait_until_counted(client, "warm-up");
+  std::this_thread::sleep_for(1500ms);
+  return client.acquire(key);
+}
+
 // Promotes a replica and waits until its backlog is freed (repl-backlog-ttl 1): master_replid2,
 // which a promotion sets to the ID it had as a replica, is back to zeros then.
 void promote_and_free_backlog(const support::RedisServer& server) {
@@ -820,11 +828,7 @@ TEST(RestartGuardTest, AMasterMadeAReplicaAndPromotedWhileThisClientWasCutOffIsN
   options.masters = {address.uri(), masters[1].uri(), masters[2].uri()};
   options.retry_count = 0;
   Client client(options);
-  wait_until_counted(client, "warm-up");
-  // Clear of the age rule: uptime, read again at the reconnect, may say the server is up to 1 s
-  // younger than the first reading did.
-  std::this_thread::sleep_for(1500ms);
-  const Result held = client.acquire("cut-off");
+  const Result held = acquire_when_counted(client, "cut-off");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   const std::uint16_t nobody = std::make_unique<LoopbackListener>("closed")->port();
   address.retarget(nobody);  // cut: reconnects are refused until retargeted back
@@ -848,9 +852,7 @@ TEST(RestartGuardTest, AMasterDemotedAndPromotedBetweenTwoReadsIsTakenForReplace
   auto options = guarded(masters, true);
   options.retry_count = 0;
   Client client(options);
-  wait_until_counted(client, "warm-up");
-  std::this_thread::sleep_for(1500ms);  // clear of the age rule (uptime read again at reconnects)
-  const Result held = client.acquire("flapped");
+  const Result held = acquire_when_counted(client, "flapped");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   {
     const std::uint16_t nobody = std::make_unique<LoopbackListener>("closed")->port();
@@ -886,9 +888,7 @@ TEST(RestartGuardTest, AMasterPromotedWhileItsRoleReadsWereRefusedIsNotCountedAt
   }
   options.retry_count = 0;
   Client client(options);
-  wait_until_counted(client, "warm-up");
-  std::this_thread::sleep_for(1500ms);  // clear of the age rule (uptime read again at reconnects)
-  const Result held = client.acquire("refused-reads");
+  const Result held = acquire_when_counted(client, "refused-reads");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   masters[0].command({"ACL", "SETUSER", "locker", "-info"});       // at once on the live connection
   std::this_thread::sleep_for(1500ms);                             // a role read refused (NOPERM)
@@ -917,9 +917,7 @@ TEST(RestartGuardTest, AMasterPromotedWhileItsRoleReadWasHeldUpIsNotCountedAtOnc
   options.retry_count = 0;
   options.stall_timeout = 20s;  // the held read must not end in a reconnect: a gap of its own
   Client client(options);
-  wait_until_counted(client, "warm-up");
-  std::this_thread::sleep_for(1500ms);  // clear of the age rule (uptime read again at reconnects)
-  const Result held = client.acquire("held-up");
+  const Result held = acquire_when_counted(client, "held-up");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   hold = true;  // master 0 reads nothing more from this Client until the backlog is freed
   ASSERT_NO_FATAL_FAILURE(make_replica(masters[0], upstream[0]));  // its key wiped by the full sync
