@@ -202,10 +202,12 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
     // Lock through other copies stop now, not at their next renewal (a review: "held" for one
     // renew interval while another Client was granted). The releasing Lease is stopped already.
     // A copy without the state (adopted) finds the granted copies by key and token (a review:
-    // the original said "held" until its next renewal).
-    if (auto state = std::move(op->release().state); state) {
-      if (state->on_lost) state->on_lost(LossReason::taken);
-    } else if (!op->internal()) {
+    // the original said "held" until its next renewal), and so does any release once a Lock
+    // extended from an adopted copy has a state of its own beside the granted one (a review:
+    // either released, the other said "held"). A scan of the live locks: only on those paths.
+    auto state = std::move(op->release().state);
+    if (state && state->on_lost) state->on_lost(LossReason::taken);
+    if ((!state && !op->internal()) || adopted_states_) {
       masters_.released_elsewhere(owner_of(op->key, op->release().token));
     }
   }
@@ -492,7 +494,10 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
     // An adopted or another Client's Lock got a state of this Client's for the extend: kept
     // among the live locks, so that a release through another adopted copy finds it (no
     // epochs: the restart guard passes it by).
-    if (lock.adopted()) masters_.remember(LockAccess::state(lock));
+    if (lock.adopted()) {
+      masters_.remember(LockAccess::state(lock));
+      adopted_states_ = true;
+    }
     LockAccess::set_adopted(lock, false);  // its validity is known from now on
   }
   lock.ttl = op->ttl;

@@ -22,6 +22,23 @@ std::string_view info_field(std::string_view text, std::string_view name) {
   return text.substr(start, text.find_first_of("\r\n", start) - start);
 }
 
+// The value of the last INFO field `name`. For the fields Redis prints after the replica lines
+// of INFO replication ("slave0:ip=..."): a replica announces its address unchecked, CR LF
+// included, and can add field lines of its own there, ahead of the master's (a review: a fake
+// master_replid hid a promotion from the restart guard, two holders). The fields read with
+// info_field (role, master_host, master_port) come before those lines.
+std::string_view info_last_field(std::string_view text, std::string_view name) {
+  const auto at = text.rfind(name);
+  if (at == std::string_view::npos) return {};
+  const auto start = at + name.size();
+  return text.substr(start, text.find_first_of("\r\n", start) - start);
+}
+
+// A replication ID as Redis makes them: 40 lowercase hex digits.
+bool is_replication_id(std::string_view id) {
+  return id.size() == 40 && id.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
 // A whole decimal field, all of it a number.
 template <typename Number>
 bool read_number(std::string_view text, Number& out) {
@@ -74,10 +91,14 @@ void read_info_replication(const redisReply& reply, ServerInfo& info) {
     return;
   }
   const std::string_view text(reply.str, reply.len);
-  if (const std::string_view id = info_field(text, "\nmaster_replid:"); id.size() <= kMaxRunIdSize) {
-    info.replid = std::string(id);
-  }
   const std::string_view role = info_field(text, "\nrole:");
+  const std::string_view id = info_last_field(text, "\nmaster_replid:");
+  if ((role == "master" || role == "slave") && !is_replication_id(id)) {
+    // The restart guard could not see a promotion (RestartGuard::observe_role): as unknown.
+    info.role_error = "INFO replication has no master_replid (40 hex digits)";
+    return;
+  }
+  info.replid = std::string(id);
   if (role == "master") {
     info.role = "master";
   } else if (role == "slave") {

@@ -375,6 +375,33 @@ TEST(LeaseTest, ALockReleasedThroughAnAdoptedCopyIsGivenUpByTheOriginal) {
   EXPECT_EQ(kept_extended.loss(), LossReason::taken);
 }
 
+// The granted Lock and one made this Client's by extending an adopted copy have two states: a
+// release through either gives up the other (a review: 5 of 5 each way, another Client granted
+// with 2.97 s while the Lease said held).
+TEST(LeaseTest, TheGrantedCopyAndAnAdoptedExtendedCopyGiveEachOtherUp) {
+  RedisServerGroup masters(3);
+  Client client(lease_options(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  for (const bool release_granted : {true, false}) {
+    SCOPED_TRACE(release_granted ? "the granted copy released" : "the extended copy released");
+    const Result granted = acquire_with_ttl(client, release_granted ? "granted-released" : "extended-released", 3000ms);
+    ASSERT_TRUE(granted) << format_result(granted);
+    const Result extended = client.extend(client.adopt(granted.lock->resource, granted.lock->token));
+    ASSERT_TRUE(extended) << format_result(extended);
+    const Lock& released = release_granted ? *granted.lock : *extended.lock;
+    const Lock& other = release_granted ? *extended.lock : *granted.lock;
+    LossRecord loss;
+    LeaseOptions options;
+    options.on_lost = loss.callback();
+    Lease kept = client.keep(other, options);
+    ASSERT_TRUE(client.release(released));
+    EXPECT_TRUE(kept.lost()) << "asked by its holder right after the release returned";
+    EXPECT_EQ(client.remaining(other), microseconds(0));
+    ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 300ms)) << "not told before its next renewal (1 s)";
+    EXPECT_EQ(kept.loss(), LossReason::taken);
+  }
+}
+
 TEST(LeaseTest, LossIsSignalledAtOnceWhenAMajorityRestartsUnderTheRestartGuard) {
   RedisServerGroup masters(3);
   auto options = lease_options(masters);

@@ -928,4 +928,50 @@ TEST(RestartGuardTest, AMasterPromotedWhileItsRoleReadWasHeldUpIsNotCountedAtOnc
   client.release(*held.lock);
 }
 
+// A replica's announced address is printed in its master's INFO replication unchecked, CR LF
+// included, so a replica can add field lines of its own ahead of the master's: a fake
+// master_replid (the master's old ID) hid a promotion from the first-found reading (a review:
+// two holders 5 of 5, fencing tokens 7 -> 1). Fields Redis prints after the replica lines are
+// read from their last occurrence.
+TEST(RestartGuardTest, AReplicaAnnouncingAFakeReplicationIdDoesNotHideAPromotion) {
+  RedisServerGroup masters(3);
+  RedisServerGroup others(2);  // 0: the server master 0 is resynced from; 1: the announcing replica
+  others[0].command({"CONFIG", "SET", "repl-diskless-sync-delay", "0"});
+  masters[0].command({"CONFIG", "SET", "repl-diskless-sync-delay", "0"});
+  ASSERT_NO_FATAL_FAILURE(make_replica(others[1], masters[0]));
+  const auto replication = [&] { return masters[0].command({"INFO", "replication"}).str; };
+  const std::string info = replication();
+  const auto at = info.find("\nmaster_replid:");
+  ASSERT_NE(at, std::string::npos) << info;
+  const std::string old_id = info.substr(at + 15, 40);
+  others[1].command({"CONFIG", "SET", "replica-announce-ip", "127.0.0.1\r\nmaster_replid:" + old_id + "\r\nx:"});
+  others[1].command({"REPLICAOF", "NO", "ONE"});  // and again: the address is announced at a connect
+  others[1].command({"REPLICAOF", "127.0.0.1", std::to_string(masters[0].port())});
+  const auto fake_id_first = [&] {
+    const std::string now = replication();
+    const auto fake = now.find("\nmaster_replid:" + old_id);
+    return fake != std::string::npos && fake < now.rfind("\nmaster_replid:");
+  };
+  ASSERT_TRUE(eventually(fake_id_first, 10s)) << replication();
+  std::atomic<bool> hold{false};
+  TcpProxy address(masters[0].port(), [&](std::string_view) {
+    while (hold.load()) std::this_thread::sleep_for(1ms);
+  });
+  auto options = guarded(masters, true);
+  options.masters = {address.uri(), masters[1].uri(), masters[2].uri()};
+  options.retry_count = 0;
+  options.stall_timeout = 20s;  // the held reads must not end in a reconnect
+  Client client(options);
+  const Result held = acquire_when_counted(client, "fake-id");
+  ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
+  hold = true;                                                   // no role read sees master 0 as a replica
+  ASSERT_NO_FATAL_FAILURE(make_replica(masters[0], others[0]));  // its key wiped by the full sync
+  masters[0].command({"REPLICAOF", "NO", "ONE"});
+  ASSERT_TRUE(eventually(fake_id_first, 10s)) << "the announcing replica is back: " << replication();
+  hold = false;
+  std::this_thread::sleep_for(1500ms);  // the held reads answered: the fake old ID first, the new one last
+  expect_master_0_not_counted(client, masters, "after-fake-id", "a replica");
+  client.release(*held.lock);
+}
+
 }  // namespace redlock::testing

@@ -239,6 +239,10 @@ class ClientImpl {
   std::size_t held_here_sweep_at_ = 1024;
   bool shutting_down_ = false;
   bool shut_down_ = false;
+  // Loop thread. Set once an extend made an adopted or another Client's Lock this Client's (a
+  // state of its own beside the granted one's): from then on every release looks for other
+  // states of its lock (RestartGuard::released_elsewhere), not only a release of an adopted copy.
+  bool adopted_states_ = false;
   int callbacks_running_ = 0;  // user callbacks on the stack (a Client may be deleted in one)
   // One blocking wait_connected, answered by the loop only (at the count, at its deadline, or
   // false at shutdown): its caller sleeps on `answer` and never touches the Client again after

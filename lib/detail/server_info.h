@@ -40,7 +40,8 @@ struct ServerInfo {
   std::string role;
   std::string replica_of;
   std::string role_error;
-  // INFO replication's master_replid (empty when unknown or over 64 bytes). A replica takes its
+  // INFO replication's master_replid, its last occurrence (a replica's announced address can
+  // add lines ahead of it), 40 hex digits or the role is left unknown. A replica takes its
   // master's ID at a sync and a promotion gives it a new one (the restart guard takes any change
   // for keys replaced: RestartGuard::observe_role).
   std::string replid;
