@@ -109,9 +109,11 @@ class Client {
   // Release: one round of compare-and-delete on every master. From the moment it is submitted
   // the Lock (every copy of it) is given up here: remaining() is 0 and extend refuses it,
   // whatever the release's outcome (a failed release is retried with release(), not undone).
-  // Released through an adopted copy (adopt()), the copies this Client granted are given up
-  // when the release begins on its loop (before release() returns; their leases are told
-  // `taken`); copies granted by another Client learn it at their next extend.
+  // Released through an adopted copy (adopt()), the copies this Client granted, and those it
+  // made its own by extending an adopted copy, are given up when the release begins on its
+  // loop (before release() returns; their leases are told `taken`), and so is the granted copy
+  // when one made so is released; copies granted by another Client learn it at their next
+  // extend.
   Result release(const Lock& lock);
 
   // A Lock for a token this library printed earlier, e.g. by `redlock acquire` in another
