@@ -250,6 +250,15 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
     return;
   }
   if (kind == RoundKind::release && !held_here_.empty()) held_here_.erase(op->key);  // its announcements wake our waiters again
+  if (kind == RoundKind::extend && op->extend().lock.adopted() && LockAccess::state(op->extend().lock)) {
+    // An adopted or another Client's Lock got a state of this Client's for the extend: kept
+    // among the live locks from the extend's start (no epochs: the restart guard passes it
+    // by), so that a release of any copy begun while it is in flight finds it and the grant
+    // then refuses (a review: kept only at the grant, such an extend said extended, 2.97 s,
+    // after the release had deleted the key, 6 of 6).
+    masters_.remember(LockAccess::state(op->extend().lock));
+    adopted_states_ = true;
+  }
   operations_.emplace(op->id, op);
   if (kind == RoundKind::acquire && options_.yield_to_waiters.count() > 0) {
     // Fairness: this Client released this key lately and waiters elsewhere heard it.
@@ -491,13 +500,6 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
     LockAccess::set_state(lock, std::move(state));
   } else {
     lock = std::move(op->extend().lock);
-    // An adopted or another Client's Lock got a state of this Client's for the extend: kept
-    // among the live locks, so that a release through another adopted copy finds it (no
-    // epochs: the restart guard passes it by).
-    if (lock.adopted()) {
-      masters_.remember(LockAccess::state(lock));
-      adopted_states_ = true;
-    }
     LockAccess::set_adopted(lock, false);  // its validity is known from now on
   }
   lock.ttl = op->ttl;

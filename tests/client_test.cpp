@@ -232,6 +232,41 @@ TEST(ClientLossTest, AnExtendDecidedAfterItsLockWasReleasedDoesNotSayExtended) {
   EXPECT_EQ(with_key(masters, held.lock->key), 0u);
 }
 
+// The same with the extend sent through an adopted copy, whose state is made for the extend:
+// a release begun while it was in flight (through the granted Lock or another adopted copy)
+// did not find that state, and the extend said extended, 2.97 s, while the key was gone and
+// another Client acquired (a review: 6 of 6).
+TEST(ClientLossTest, AnExtendOfAnAdoptedCopyDecidedAfterTheLockWasReleasedDoesNotSayExtended) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.command_timeout = 3000ms;
+  options.ttl = 5000ms;
+  Client client(options);
+  for (const bool through_granted : {true, false}) {
+    SCOPED_TRACE(through_granted ? "released through the granted Lock" : "released through another adopted copy");
+    const Result held = client.acquire(through_granted ? "adopted-extend-1" : "adopted-extend-2");
+    ASSERT_TRUE(held) << format_result(held);
+    masters[0].freeze();
+    masters[1].freeze();  // the extend's quorum waits for one of them
+    std::promise<Result> extended;
+    client.extend_async(client.adopt(held.lock->resource, held.lock->token),
+                        [&](Result result) { extended.set_value(std::move(result)); });
+    std::this_thread::sleep_for(100ms);
+    std::promise<Result> released;
+    client.release_async(through_granted ? *held.lock : client.adopt(held.lock->resource, held.lock->token),
+                         [&](Result result) { released.set_value(std::move(result)); });
+    masters[0].thaw();
+    masters[1].thaw();
+    const Result extend_result = extended.get_future().get();
+    EXPECT_EQ(released.get_future().get().outcome, Outcome::released);
+    EXPECT_FALSE(extend_result.ok()) << format_result(extend_result);
+    if (extend_result.lock) {
+      EXPECT_EQ(client.remaining(*extend_result.lock), 0us);
+    }
+    EXPECT_EQ(with_key(masters, held.lock->key), 0u);
+  }
+}
+
 TEST_P(ClientTest, ExtendOfALockWhoseDeadlinePassedIsRefusedWithoutSendingAnything) {
   Client client(options_for(masters_));
   const Result held = client.acquire("late");
