@@ -197,17 +197,30 @@ void RestartGuard::carry_votes_of(std::uint32_t index, std::uint32_t previous_ep
 }
 
 void RestartGuard::released_elsewhere(std::uint64_t owner) {
-  for (const auto& weak : live_locks_) {
-    const auto state = weak.lock();
-    if (!state || state->owner != owner || state->released.exchange(true, std::memory_order_acq_rel)) continue;
-    if (state->on_lost) state->on_lost(LossReason::taken);
+  if (!by_owner_kept_) {
+    by_owner_kept_ = true;
+    for (const auto& weak : live_locks_) {
+      if (const auto state = weak.lock()) index(state);
+    }
   }
+  const auto [first, last] = by_owner_.equal_range(owner);
+  for (auto it = first; it != last; ++it) {
+    const auto state = it->second.lock();
+    if (!state || state->released.exchange(true, std::memory_order_acq_rel)) continue;
+    if (state->on_lost) state->on_lost(LossReason::taken);  // posts: the index is not touched
+  }
+}
+
+void RestartGuard::index(const std::shared_ptr<LockState>& state) {
+  sweep_when_doubled(by_owner_, by_owner_sweep_at_, 1024, [](const auto& entry) { return entry.second.expired(); });
+  by_owner_.emplace(state->owner, state);
 }
 
 void RestartGuard::remember(const std::shared_ptr<LockState>& state) {
   sweep_when_doubled(live_locks_, live_locks_sweep_at_, 1024,
                      [](const std::weak_ptr<LockState>& weak) { return weak.expired(); });
   live_locks_.push_back(state);
+  if (by_owner_kept_) index(state);
 }
 
 }  // namespace redlock::detail

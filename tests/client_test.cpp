@@ -267,6 +267,35 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyDecidedAfterTheLockWasReleasedDoesNo
   }
 }
 
+// A release whose script a master had forgotten (SCRIPT FLUSH) is sent again as EVAL, behind
+// whatever followed it on the connection: an extend of an adopted copy submitted after the
+// release ran first on every master and said extended, 2.97 s, then the release deleted the key
+// (a review: 9 of 9, another Client granted meanwhile). An extend of an adopted copy of a lock
+// whose release is in flight on this Client is refused.
+TEST(ClientLossTest, AnExtendOfAnAdoptedCopySubmittedWhileItsReleaseIsInFlightIsRefused) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.ttl = 3000ms;
+  Client client(options);
+  Client other(options);
+  const Result held = client.acquire("release-in-flight");
+  ASSERT_TRUE(held) << format_result(held);
+  const Result unrelated = other.acquire("release-in-flight-unrelated");
+  ASSERT_TRUE(unrelated) << format_result(unrelated);
+  for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"SCRIPT", "FLUSH"});
+  // NOSCRIPT, sent again as EVAL: the extend script is known again, the release script not.
+  ASSERT_TRUE(other.extend(*unrelated.lock));
+  std::promise<Result> released;
+  std::promise<Result> extended;
+  client.release_async(*held.lock, [&](Result result) { released.set_value(std::move(result)); });
+  client.extend_async(client.adopt(held.lock->resource, held.lock->token),
+                      [&](Result result) { extended.set_value(std::move(result)); });
+  EXPECT_EQ(released.get_future().get().outcome, Outcome::released);
+  const Result extend_result = extended.get_future().get();
+  EXPECT_FALSE(extend_result.ok()) << format_result(extend_result);
+  EXPECT_EQ(with_key(masters, held.lock->key), 0u);
+}
+
 TEST_P(ClientTest, ExtendOfALockWhoseDeadlinePassedIsRefusedWithoutSendingAnything) {
   Client client(options_for(masters_));
   const Result held = client.acquire("late");
