@@ -55,6 +55,24 @@ void make_replica(const support::RedisServer& server, const support::RedisServer
       10s));
 }
 
+// Master 0 behind a proxy whose requests can be held (role reads then wait, neither refused
+// nor lost), and guarded options that reach it through the proxy.
+struct HeldMaster0 {
+  explicit HeldMaster0(const RedisServerGroup& masters)
+      : proxy(masters[0].port(),
+              [this](std::string_view) {
+                while (hold.load()) std::this_thread::sleep_for(1ms);
+              }),
+        options(guarded(masters, true)) {
+    options.masters = {proxy.uri(), masters[1].uri(), masters[2].uri()};
+    options.retry_count = 0;
+    options.stall_timeout = 20s;  // the held reads must not end in a reconnect: a gap of its own
+  }
+  std::atomic<bool> hold{false};
+  TcpProxy proxy;
+  ClientOptions options;
+};
+
 // Acquires `key` once every master counts and is clear of the age rule (uptime, read again at
 // a reconnect, may say the server is up to 1 s younger than the first reading did).
 Result acquire_when_counted(Client& client, const std::string& key) {
@@ -908,21 +926,14 @@ TEST(RestartGuardTest, AMasterPromotedWhileItsRoleReadWasHeldUpIsNotCountedAtOnc
   RedisServerGroup masters(3);
   RedisServerGroup upstream(1);
   upstream[0].command({"CONFIG", "SET", "repl-diskless-sync-delay", "0"});
-  std::atomic<bool> hold{false};
-  TcpProxy address(masters[0].port(), [&](std::string_view) {
-    while (hold.load()) std::this_thread::sleep_for(1ms);
-  });
-  auto options = guarded(masters, true);
-  options.masters = {address.uri(), masters[1].uri(), masters[2].uri()};
-  options.retry_count = 0;
-  options.stall_timeout = 20s;  // the held read must not end in a reconnect: a gap of its own
-  Client client(options);
+  HeldMaster0 held_master(masters);
+  Client client(held_master.options);
   const Result held = acquire_when_counted(client, "held-up");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
-  hold = true;  // master 0 reads nothing more from this Client until the backlog is freed
+  held_master.hold = true;  // master 0 reads nothing more from this Client until the backlog is freed
   ASSERT_NO_FATAL_FAILURE(make_replica(masters[0], upstream[0]));  // its key wiped by the full sync
   ASSERT_NO_FATAL_FAILURE(promote_and_free_backlog(masters[0]));
-  hold = false;
+  held_master.hold = false;
   std::this_thread::sleep_for(1500ms);  // the held reads answered: a new ID, replid2 zeros
   expect_master_0_not_counted(client, masters, "after-held-up", "a replica");
   client.release(*held.lock);
@@ -953,22 +964,15 @@ TEST(RestartGuardTest, AReplicaAnnouncingAFakeReplicationIdDoesNotHideAPromotion
     return fake != std::string::npos && fake < now.rfind("\nmaster_replid:");
   };
   ASSERT_TRUE(eventually(fake_id_first, 10s)) << replication();
-  std::atomic<bool> hold{false};
-  TcpProxy address(masters[0].port(), [&](std::string_view) {
-    while (hold.load()) std::this_thread::sleep_for(1ms);
-  });
-  auto options = guarded(masters, true);
-  options.masters = {address.uri(), masters[1].uri(), masters[2].uri()};
-  options.retry_count = 0;
-  options.stall_timeout = 20s;  // the held reads must not end in a reconnect
-  Client client(options);
+  HeldMaster0 held_master(masters);
+  Client client(held_master.options);
   const Result held = acquire_when_counted(client, "fake-id");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
-  hold = true;                                                   // no role read sees master 0 as a replica
+  held_master.hold = true;                                       // no role read sees master 0 as a replica
   ASSERT_NO_FATAL_FAILURE(make_replica(masters[0], others[0]));  // its key wiped by the full sync
   masters[0].command({"REPLICAOF", "NO", "ONE"});
   ASSERT_TRUE(eventually(fake_id_first, 10s)) << "the announcing replica is back: " << replication();
-  hold = false;
+  held_master.hold = false;
   std::this_thread::sleep_for(1500ms);  // the held reads answered: the fake old ID first, the new one last
   expect_master_0_not_counted(client, masters, "after-fake-id", "a replica");
   client.release(*held.lock);
