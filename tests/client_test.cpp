@@ -263,7 +263,7 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyDecidedAfterTheLockWasReleasedDoesNo
     if (extend_result.lock) {
       EXPECT_EQ(client.remaining(*extend_result.lock), 0us);
     }
-    EXPECT_EQ(with_key(masters, held.lock->key), 0u);
+    EXPECT_TRUE(eventually([&] { return with_key(masters, held.lock->key) == 0; }));  // decided at a quorum
   }
 }
 
@@ -293,7 +293,8 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopySubmittedWhileItsReleaseIsInFlightIs
   EXPECT_EQ(released.get_future().get().outcome, Outcome::released);
   const Result extend_result = extended.get_future().get();
   EXPECT_FALSE(extend_result.ok()) << format_result(extend_result);
-  EXPECT_EQ(with_key(masters, held.lock->key), 0u);
+  // Decided at a quorum: the last master's resent release may still be on its way (CI run 1).
+  EXPECT_TRUE(eventually([&] { return with_key(masters, held.lock->key) == 0; }));
 }
 
 TEST_P(ClientTest, ExtendOfALockWhoseDeadlinePassedIsRefusedWithoutSendingAnything) {
