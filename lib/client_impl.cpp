@@ -248,8 +248,10 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
              release_in_flight(op->key, op->token())) {
     // An adopted copy's state is new: no release marked it. Sent now, the extend could run
     // before that release on a master (a release whose script the master forgot is sent again
-    // as EVAL, behind it: a review, "extended" 9 of 9 after the key was deleted).
-    refused.message = "a release of this lock is in flight on this Client; a released lock is never extended";
+    // as EVAL, behind it: a review, "extended" 9 of 9 after the key was deleted; and after a
+    // release that failed by timeouts, ClientLossTest).
+    refused.message =
+        "a release of this lock sent by this Client still awaits a master's reply; a released lock is never extended";
   }
   if (!refused.message.empty()) {
     call_back(op->done, std::move(refused));
@@ -437,15 +439,19 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
   fail_attempt(op, std::move(result));
 }
 
-// Loop thread. A scan of the operations in flight: only for an extend of an adopted copy.
+// Loop thread. A scan of the commands awaiting replies: only for an extend of an adopted copy.
+// Not only releases in flight: one decided (at a quorum, or failed by timeouts) may still be
+// queued on a master, and a master that forgot the script is sent it again, as EVAL, behind
+// what was sent since (a release that failed by timeouts, then an extend: "extended", and the
+// resent release deleted the key under it). A release sends to every master at its start, so
+// this sees it from then on.
 bool ClientImpl::release_in_flight(const std::string& key, const std::string& token) const {
-  for (const auto& [id, op] : operations_) {
-    if (op->kind() != RoundKind::release || op->key != key) continue;
-    // The token is in the round while it is in flight.
-    const std::string& sent = op->round ? op->round->args().token : op->release().token;
-    if (sent == token) return true;
-  }
-  return false;
+  return masters_.awaits_reply_to([&](const ReplySink& sink) {
+    const auto* round = dynamic_cast<const Round*>(&sink);
+    if (round == nullptr) return false;
+    const RoundArgs& args = round->args();
+    return args.kind == RoundKind::release && args.key == key && args.token == token;
+  });
 }
 
 // Another Client may hold the lock now; before, remaining() went on counting down the old

@@ -297,6 +297,38 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopySubmittedWhileItsReleaseIsInFlightIs
   EXPECT_TRUE(eventually([&] { return with_key(masters, held.lock->key) == 0; }));
 }
 
+// The same after a release that failed: its commands time out and the round is decided, but
+// the masters still run them, and a NOSCRIPT is still sent again as EVAL, behind anything sent
+// since. An extend of an adopted copy sent in that gap ran first, said "extended", and the
+// resent release then deleted the key under it.
+TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAFailedReleaseDoesNotRunBeforeTheRelease) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.ttl = 5000ms;
+  options.command_timeout = 500ms;
+  Client client(options);
+  Client other(options);
+  const Result held = client.acquire("failed-release");
+  ASSERT_TRUE(held) << format_result(held);
+  const Result unrelated = other.acquire("failed-release-unrelated");
+  ASSERT_TRUE(unrelated) << format_result(unrelated);
+  for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"SCRIPT", "FLUSH"});
+  // NOSCRIPT, sent again as EVAL: the extend script is known again, the release script not.
+  ASSERT_TRUE(other.extend(*unrelated.lock));
+  // Every master sits on the release past its deadline, and answers before the extend's.
+  for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"CLIENT", "PAUSE", "800", "ALL"});
+  const Result released = client.release(*held.lock);
+  EXPECT_EQ(released.outcome, Outcome::quorum_unreachable) << format_result(released);
+  const Result extended = client.extend(client.adopt(held.lock->resource, held.lock->token));
+  EXPECT_FALSE(extended.ok()) << format_result(extended);
+  // The release did run everywhere in the end: a lock said extended would now have a rival.
+  EXPECT_TRUE(eventually([&] { return with_key(masters, held.lock->key) == 0; }));
+  if (extended.ok()) {
+    Client rival(options);
+    EXPECT_FALSE(rival.acquire("failed-release")) << "two holders: the extend said " << format_result(extended);
+  }
+}
+
 TEST_P(ClientTest, ExtendOfALockWhoseDeadlinePassedIsRefusedWithoutSendingAnything) {
   Client client(options_for(masters_));
   const Result held = client.acquire("late");

@@ -135,7 +135,8 @@ class ClientImpl {
   // A failed extend whose rows prove no quorum can hold the token any more (its key gone or
   // another owner's on more than N - quorum masters): the Lock is marked lost, for every copy.
   void mark_lost_if_proven(const Lock& lock, const Result& result);
-  // A release of key/token has begun here and not finished (loop thread).
+  // A release of key/token sent by this Client may still run on a master: one of its commands
+  // there has not been answered (loop thread).
   [[nodiscard]] bool release_in_flight(const std::string& key, const std::string& token) const;
   void grant(const std::shared_ptr<Operation>& op, std::chrono::steady_clock::time_point started, Result result,
              std::shared_ptr<LockState> state, std::uint64_t fence);
