@@ -24,6 +24,8 @@ struct Connection::Socket {
   uv_connect_t connect_req{};
   Connection* owner = nullptr;  // null once the Connection has let go of this socket
   std::size_t queued_writes = 0;  // write requests libuv has not completed
+  uv_shutdown_t shutdown_req{};   // lingering: the FIN after the queued writes
+  uv_timer_t* linger_timer = nullptr;  // set while lingering (Connection::linger)
   char read_buffer[64 * 1024];
 };
 
@@ -192,7 +194,10 @@ void Connection::on_connected(int status) {
         },
         [](uv_stream_t* s, ssize_t nread, const uv_buf_t*) {
           auto* socket = static_cast<Socket*>(s->data);
-          if (socket->owner == nullptr) return;
+          if (socket->owner == nullptr) {  // lingering: what comes is dropped, until the server's EOF
+            if (nread < 0) end_linger(socket);
+            return;
+          }
           if (nread > 0) {
             socket->owner->on_tls_read(socket->read_buffer, static_cast<std::size_t>(nread), sizeof(socket->read_buffer));
           } else if (nread == UV_EOF) {
@@ -216,7 +221,10 @@ void Connection::on_connected(int status) {
       },
       [](uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
         auto* socket = static_cast<Socket*>(s->data);
-        if (socket->owner == nullptr) return;
+        if (socket->owner == nullptr) {  // lingering: what comes is dropped, until the server's EOF
+          if (nread < 0) end_linger(socket);
+          return;
+        }
         if (nread > 0) {
           socket->owner->on_read(buf->base, static_cast<std::size_t>(nread));
         } else if (nread == UV_EOF) {
@@ -486,18 +494,19 @@ void Connection::write_owned(std::string bytes) {
 // Writes what the socket takes now; the rest goes in a write request of its own (copied, so
 // `bytes` keeps its capacity for the next iteration: out_ is reused without allocating).
 void Connection::write_bytes(std::string& bytes) {
-  auto* stream = reinterpret_cast<uv_stream_t*>(&socket_->tcp);
+  if (const int rc = write_to(*socket_, bytes); rc < 0) fail(uv_error("write", rc));
+}
+
+int Connection::write_to(Socket& socket, std::string& bytes) {
+  auto* stream = reinterpret_cast<uv_stream_t*>(&socket.tcp);
   uv_buf_t buf = uv_buf_init(bytes.data(), static_cast<unsigned>(bytes.size()));
   int written = uv_try_write(stream, &buf, 1);
   if (written == UV_EAGAIN) written = 0;  // socket full, or an earlier write still queued
-  if (written < 0) {
-    fail(uv_error("write", written));
-    return;
-  }
+  if (written < 0) return written;
   const auto done = static_cast<std::size_t>(written);
   if (done == bytes.size()) {
     bytes.clear();
-    return;
+    return 0;
   }
   auto request = std::make_unique<WriteRequest>();
   request->data.assign(bytes, done);
@@ -505,18 +514,16 @@ void Connection::write_bytes(std::string& bytes) {
   buf = uv_buf_init(request->data.data(), static_cast<unsigned>(request->data.size()));
   const int rc = uv_write(&request->req, stream, &buf, 1, [](uv_write_t* req, int status) {
     const std::unique_ptr<WriteRequest> owned(reinterpret_cast<WriteRequest*>(req));
-    auto* socket = static_cast<Socket*>(req->handle->data);
-    --socket->queued_writes;
-    if (status < 0 && status != UV_ECANCELED && socket->owner != nullptr) {
-      socket->owner->fail(uv_error("write", status));
+    auto* written_to = static_cast<Socket*>(req->handle->data);
+    --written_to->queued_writes;
+    if (status < 0 && status != UV_ECANCELED && written_to->owner != nullptr) {
+      written_to->owner->fail(uv_error("write", status));
     }
   });
-  if (rc < 0) {
-    fail(uv_error("write", rc));
-    return;
-  }
-  ++socket_->queued_writes;
+  if (rc < 0) return rc;
+  ++socket.queued_writes;
   request.release();  // the callback frees it
+  return 0;
 }
 
 void Connection::arm_stall_check() {
@@ -637,9 +644,20 @@ void Connection::close() {
     // Best effort: a release queued in this iteration should still reach the master.
     std::string encrypted = tls_ != nullptr ? tls_goodbye() : std::string();
     std::string& bytes = tls_ != nullptr ? encrypted : out_;
-    if (!bytes.empty()) {
-      uv_buf_t buf = uv_buf_init(bytes.data(), static_cast<unsigned>(bytes.size()));
-      uv_try_write(reinterpret_cast<uv_stream_t*>(&socket_->tcp), &buf, 1);
+    if (!bytes.empty()) (void)write_to(*socket_, bytes);
+    // Closed with replies unread in it, a socket is reset by the kernel, and Redis drops what
+    // it has not read yet: a review saw the cleanup releases of a few hundred acquires in
+    // flight at ~Client lost that way, 5 of 5, their keys left for a whole ttl. So the socket
+    // lingers while its commands are due.
+    std::uint64_t due = 0;
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      if (pending_[i].step == Step::command || pending_[i].step == Step::late) {
+        due = std::max(due, pending_[i].late_after_ns);
+      }
+    }
+    if (const std::uint64_t now = now_ns(); due > now) {
+      socket_->owner = nullptr;
+      linger(std::move(socket_), due - now);
     }
   }
   if (reconnect_timer_ != 0) loop_.cancel(std::exchange(reconnect_timer_, 0));
@@ -647,6 +665,33 @@ void Connection::close() {
   state_ = State::closed;
   last_error_ = "client closed";
   fail_pending(last_error_);
+}
+
+// The socket says it is done writing (a FIN once the queued writes are out), drops whatever
+// comes in, and is closed at the server's EOF (Redis closes once it has read everything, so
+// it ran everything), at an error, or after `for_ns`, whichever comes first. It depends on
+// nothing of the Connection's: the Client may be gone before it ends.
+void Connection::linger(std::unique_ptr<Socket, UvClose<Socket>> socket, std::uint64_t for_ns) {
+  auto* timer = new uv_timer_t{};
+  uv_timer_init(socket->tcp.loop, timer);
+  timer->data = socket.get();
+  socket->linger_timer = timer;
+  uv_timer_start(
+      timer, [](uv_timer_t* due) { end_linger(static_cast<Socket*>(due->data)); }, (for_ns + 999'999) / 1'000'000, 0);
+  Socket* const owned = socket.release();  // end_linger closes it
+  const int rc = uv_shutdown(&owned->shutdown_req, reinterpret_cast<uv_stream_t*>(&owned->tcp),
+                             [](uv_shutdown_t* request, int status) {
+                               if (status < 0 && status != UV_ECANCELED) {
+                                 end_linger(static_cast<Socket*>(request->handle->data));
+                               }
+                             });
+  if (rc < 0) end_linger(owned);
+}
+
+void Connection::end_linger(Socket* socket) {
+  if (socket->linger_timer == nullptr) return;
+  UvClose<uv_timer_t>{}(std::exchange(socket->linger_timer, nullptr));
+  UvClose<Socket>{}(socket);
 }
 
 }  // namespace redlock::detail

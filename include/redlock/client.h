@@ -46,6 +46,11 @@ class Client {
 
   // Cancels operations still in flight (their callbacks get Outcome::cancelled and any
   // partial grant is released, best effort) and closes the connections. Never throws.
+  // A connection with commands still unanswered (those releases among them) is closed once
+  // its master has read everything sent to it (the master's EOF), or at the last of those
+  // commands' deadlines (command_timeout after they were sent): closed at once, the kernel
+  // would reset it and the master drop what it had not read. The loop thread (or the
+  // caller's loop) runs until then, so ~Client may wait that long for a master that is slow.
   // The release of a Lease destroyed (or released) before it is sent first, best effort: to
   // the masters whose connection is ready at that moment. A Lease released while ~Client runs
   // on another thread may be cancelled instead; a plain release_async is an operation like

@@ -217,7 +217,7 @@ class Connection {
   void on_handshake_done();
   // Writes `bytes` (moved into the write request when the socket does not take them at once).
   void write_owned(std::string bytes);
-  void write_bytes(std::string& bytes);  // the one write path: flush() and write_owned()
+  void write_bytes(std::string& bytes);  // flush() and write_owned(), through write_to
   // TLS glue (lib/tls/tls_transport.cpp); used only when options_.tls is set.
   void start_tls();
   [[nodiscard]] std::size_t tls_read_room(std::size_t capacity) const noexcept;
@@ -242,6 +242,10 @@ class Connection {
   void check_stall();
   void recheck_permissions();  // permission_refused()'s reconnect, once nothing is outstanding
   void close_socket();
+  // The one write path: 0, or a libuv error with nothing queued (close() ignores it).
+  static int write_to(Socket& socket, std::string& bytes);
+  static void linger(std::unique_ptr<Socket, UvClose<Socket>> socket, std::uint64_t for_ns);
+  static void end_linger(Socket* socket);
 
   EventLoop& loop_;
   const ConnectionOptions options_;
