@@ -245,13 +245,14 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
   } else if (refused.message.empty() && kind == RoundKind::extend && given_up(op->extend().lock)) {
     refused.message = "this Lock was released; a released lock is never extended (acquire it again)";
   } else if (refused.message.empty() && kind == RoundKind::extend && op->extend().lock.adopted() &&
-             release_in_flight(op->key, op->token())) {
+             release_unconfirmed(op->key, op->token())) {
     // An adopted copy's state is new: no release marked it. Sent now, the extend could run
     // before that release on a master (a release whose script the master forgot is sent again
-    // as EVAL, behind it: a review, "extended" 9 of 9 after the key was deleted; and after a
-    // release that failed by timeouts, ClientLossTest).
+    // as EVAL, behind it: a review, "extended" 9 of 9 after the key was deleted), or after it
+    // if the release failed: its commands may still run late (ClientLossTest, two reviews).
     refused.message =
-        "a release of this lock sent by this Client still awaits a master's reply; a released lock is never extended";
+        "a release of this lock sent by this Client is in flight or ended without a quorum's answer (it may still "
+        "run on a master); a released lock is never extended";
   }
   if (!refused.message.empty()) {
     call_back(op->done, std::move(refused));
@@ -439,19 +440,17 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
   fail_attempt(op, std::move(result));
 }
 
-// Loop thread. A scan of the commands awaiting replies: only for an extend of an adopted copy.
-// Not only releases in flight: one decided (at a quorum, or failed by timeouts) may still be
-// queued on a master, and a master that forgot the script is sent it again, as EVAL, behind
-// what was sent since (a release that failed by timeouts, then an extend: "extended", and the
-// resent release deleted the key under it). A release sends to every master at its start, so
-// this sees it from then on.
-bool ClientImpl::release_in_flight(const std::string& key, const std::string& token) const {
-  return masters_.awaits_reply_to([&](const ReplySink& sink) {
-    const auto* round = dynamic_cast<const Round*>(&sink);
-    if (round == nullptr) return false;
-    const RoundArgs& args = round->args();
-    return args.kind == RoundKind::release && args.key == key && args.token == token;
-  });
+// Loop thread. A scan of the operations in flight and a lookup: only for an extend of an
+// adopted copy.
+bool ClientImpl::release_unconfirmed(const std::string& key, const std::string& token) const {
+  for (const auto& [id, op] : operations_) {
+    if (op->kind() != RoundKind::release || op->key != key) continue;
+    // The token is in the round while it is in flight.
+    const std::string& sent = op->round ? op->round->args().token : op->release().token;
+    if (sent == token) return true;
+  }
+  const auto it = unconfirmed_releases_.find(owner_of(key, token));
+  return it != unconfirmed_releases_.end() && it->second > now_ns();
 }
 
 // Another Client may hold the lock now; before, remaining() went on counting down the old
@@ -908,6 +907,16 @@ void ClientImpl::note_release(const Operation& op, const Round& round) {
 
 void ClientImpl::finish(const std::shared_ptr<Operation>& op, Result result) {
   if (op->kind() == RoundKind::acquire) stop_waiting(*op);
+  if (op->kind() == RoundKind::release && !op->internal() && result.outcome != Outcome::released) {
+    // Until every key the lock may have left has expired: the longest ttl in use (the Lock's
+    // own, if longer: with the restart guard off it may be).
+    const std::uint64_t now = now_ns();
+    sweep_when_doubled(unconfirmed_releases_, unconfirmed_releases_sweep_at_, 1024,
+                       [now](const auto& entry) { return entry.second <= now; });
+    const std::string& token = op->round ? op->round->args().token : op->release().token;  // moved to its round
+    auto& until = unconfirmed_releases_[owner_of(op->key, token)];
+    until = std::max(until, deadline_after(now, std::max(options_.max_lock_ttl, op->ttl)));
+  }
   operations_.erase(op->id);
   op->round.reset();
   call_back(op->done, std::move(result));

@@ -2,12 +2,17 @@
 // redlock::Client against N = 1, 3, 5 real redis-server masters: acquire, refuse, release,
 // extend. Mirrors include/redlock/client.h.
 #include "redlock/client.h"
-#include "redlock/errors.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
 
+#include "redlock/errors.h"
+#include "tcp_proxy.h"
 #include "test_util.h"
 
 namespace redlock::testing {
@@ -326,6 +331,58 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAFailedReleaseDoesNotRunBeforeT
   if (extended.ok()) {
     Client rival(options);
     EXPECT_FALSE(rival.acquire("failed-release")) << "two holders: the extend said " << format_result(extended);
+  }
+}
+
+// The same when the release's connections are dropped (stall_timeout) while its commands are
+// held up on the way (a review: a proxy holding them 1.5 s): the extend went out on the new
+// connections, said "extended", and the release then landed and deleted the key, 5 of 5.
+// A release this Client could not confirm may still run anywhere, any time.
+TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAReleaseCutOffWithItsConnectionsIsRefused) {
+  RedisServerGroup masters(3);
+  std::atomic<bool> hold{false};
+  std::mutex mutex;
+  std::string token;
+  std::vector<std::unique_ptr<TcpProxy>> proxies;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    proxies.push_back(std::make_unique<TcpProxy>(masters[i].port(), [&](std::string_view chunk) {
+      std::string held_token;
+      {
+        const std::lock_guard<std::mutex> guard(mutex);
+        held_token = token;
+      }
+      if (hold && !held_token.empty() && chunk.find(held_token) != std::string_view::npos) {
+        std::this_thread::sleep_for(1500ms);
+      }
+    }));
+  }
+  ClientOptions options;
+  for (const auto& proxy : proxies) options.masters.push_back(proxy->uri());
+  options.ttl = 10000ms;
+  options.command_timeout = 200ms;
+  options.stall_timeout = 300ms;
+  options.reconnect_min = 20ms;
+  options.retry_count = 0;
+  options.restart_guard = false;
+  Client client(options);
+  const Result held = client.acquire("cut-off-release");
+  ASSERT_TRUE(held) << format_result(held);
+  {
+    const std::lock_guard<std::mutex> guard(mutex);
+    token = held.lock->token;
+  }
+  hold = true;
+  const Result released = client.release(*held.lock);
+  EXPECT_EQ(released.outcome, Outcome::quorum_unreachable) << format_result(released);
+  hold = false;
+  std::this_thread::sleep_for(400ms);  // the stall check drops the connections
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result extended = client.extend(client.adopt(held.lock->resource, held.lock->token));
+  EXPECT_FALSE(extended.ok()) << format_result(extended);
+  EXPECT_TRUE(eventually([&] { return with_key(masters, held.lock->key) == 0; }));
+  if (extended.ok()) {
+    Client rival(options_for(masters));
+    EXPECT_FALSE(rival.acquire("cut-off-release")) << "two holders: the extend said " << format_result(extended);
   }
 }
 

@@ -142,16 +142,6 @@ class Connection {
   [[nodiscard]] const std::string& failed_because() const noexcept { return failed_because_; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   [[nodiscard]] std::size_t outstanding() const noexcept { return pending_.size(); }
-  // Whether a caller's command still waiting here for its reply was sent by a sink `matches`
-  // accepts. (A late command whose sink was given up is not looked at: its reply is dropped.)
-  template <typename Matches>
-  [[nodiscard]] bool awaits_reply_to(const Matches& matches) const {
-    for (std::size_t i = 0; i < pending_.size(); ++i) {
-      const Pending& pending = pending_[i];
-      if (pending.step == Step::command && pending.sink && matches(*pending.sink)) return true;
-    }
-    return false;
-  }
   // Whether the current connection resumed a TLS session from its context's cache (an
   // abbreviated handshake); false on plain masters and before the TLS handshake.
   [[nodiscard]] bool tls_session_reused() const noexcept;

@@ -54,14 +54,6 @@ class MasterSet {
   bool send(std::uint32_t index, std::string_view encoded, std::shared_ptr<ReplySink> sink,
             std::uint64_t late_after_ns = 0, bool release = false);
   [[nodiscard]] const std::string& last_error(std::uint32_t index) const;
-  // Connection::awaits_reply_to on any master.
-  template <typename Matches>
-  [[nodiscard]] bool awaits_reply_to(const Matches& matches) const {
-    for (const auto& connection : connections_) {
-      if (connection && connection->awaits_reply_to(matches)) return true;
-    }
-    return false;
-  }
   // Connection::failed_because of master `index`.
   [[nodiscard]] const std::string& failed_because(std::uint32_t index) const;
 
