@@ -207,6 +207,7 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
     // either released, the other said "held"). A scan of the live locks: only on those paths.
     auto state = std::move(op->release().state);
     if (state && state->on_lost) state->on_lost(LossReason::taken);
+    if (!op->internal()) remember_release(*op);
     if ((!state && !op->internal()) || adopted_states_) {
       masters_.released_elsewhere(owner_of(op->key, op->release().token));
     }
@@ -245,19 +246,20 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
   } else if (refused.message.empty() && kind == RoundKind::extend && given_up(op->extend().lock)) {
     refused.message = "this Lock was released; a released lock is never extended (acquire it again)";
   } else if (refused.message.empty() && kind == RoundKind::extend && op->extend().lock.adopted() &&
-             release_unconfirmed(op->key, op->token())) {
+             released_here(op->key, op->token())) {
     // An adopted copy's state is new: no release marked it. Sent now, the extend could run
     // before that release on a master (a release whose script the master forgot is sent again
-    // as EVAL, behind it: a review, "extended" 9 of 9 after the key was deleted), or after it
-    // if the release failed: its commands may still run late (ClientLossTest, two reviews).
+    // as EVAL, behind it: a review, "extended" 9 of 9 after the key was deleted), and after it,
+    // whatever its outcome: its commands may still run late (ClientLossTest, reviews).
     refused.message =
-        "a release of this lock sent by this Client is in flight or ended without a quorum's answer (it may still "
-        "run on a master); a released lock is never extended";
+        "this lock was released on this Client (its release may still run on a master, late); a released lock is "
+        "never extended";
   }
   if (!refused.message.empty()) {
     call_back(op->done, std::move(refused));
     return;
   }
+  if (kind != RoundKind::release) longest_ttl_ = std::max(longest_ttl_, op->ttl);
   if (kind == RoundKind::release && !held_here_.empty()) held_here_.erase(op->key);  // its announcements wake our waiters again
   if (kind == RoundKind::extend && op->extend().lock.adopted() && LockAccess::state(op->extend().lock)) {
     // An adopted or another Client's Lock got a state of this Client's for the extend: kept
@@ -440,17 +442,14 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
   fail_attempt(op, std::move(result));
 }
 
-// Loop thread. A scan of the operations in flight and a lookup: only for an extend of an
-// adopted copy.
-bool ClientImpl::release_unconfirmed(const std::string& key, const std::string& token) const {
-  for (const auto& [id, op] : operations_) {
-    if (op->kind() != RoundKind::release || op->key != key) continue;
-    // The token is in the round while it is in flight.
-    const std::string& sent = op->round ? op->round->args().token : op->release().token;
-    if (sent == token) return true;
+// Loop thread. A scan: only for an extend of an adopted copy.
+bool ClientImpl::released_here(const std::string& key, const std::string& token) const {
+  const std::uint64_t owner = owner_of(key, token);
+  const std::uint64_t now = now_ns();
+  for (std::size_t i = 0; i < released_here_.size(); ++i) {
+    if (released_here_[i].owner == owner && released_here_[i].until > now) return true;
   }
-  const auto it = unconfirmed_releases_.find(owner_of(key, token));
-  return it != unconfirmed_releases_.end() && it->second > now_ns();
+  return false;
 }
 
 // Another Client may hold the lock now; before, remaining() went on counting down the old
@@ -907,16 +906,6 @@ void ClientImpl::note_release(const Operation& op, const Round& round) {
 
 void ClientImpl::finish(const std::shared_ptr<Operation>& op, Result result) {
   if (op->kind() == RoundKind::acquire) stop_waiting(*op);
-  if (op->kind() == RoundKind::release && !op->internal() && result.outcome != Outcome::released) {
-    // Until every key the lock may have left has expired: the longest ttl in use (the Lock's
-    // own, if longer: with the restart guard off it may be).
-    const std::uint64_t now = now_ns();
-    sweep_when_doubled(unconfirmed_releases_, unconfirmed_releases_sweep_at_, 1024,
-                       [now](const auto& entry) { return entry.second <= now; });
-    const std::string& token = op->round ? op->round->args().token : op->release().token;  // moved to its round
-    auto& until = unconfirmed_releases_[owner_of(op->key, token)];
-    until = std::max(until, deadline_after(now, std::max(options_.max_lock_ttl, op->ttl)));
-  }
   operations_.erase(op->id);
   op->round.reset();
   call_back(op->done, std::move(result));
@@ -928,6 +917,14 @@ void ClientImpl::finish(const std::shared_ptr<Operation>& op, Result result) {
 // connections are not repeated here: the acquire's own rows showed them. Nor is a refusal of the
 // key itself: the same user could not have set it either, a review saw one such false warning
 // per master and attempt for names outside the user's key patterns.)
+void ClientImpl::remember_release(const Operation& op) {
+  const std::uint64_t now = now_ns();
+  while (!released_here_.empty() && released_here_.front().until <= now) released_here_.pop_front();
+  longest_ttl_ = std::max(longest_ttl_, op.ttl);  // the released Lock's
+  released_here_.push_back({owner_of(op.key, std::get<ReleasePart>(op.part).token),
+                            deadline_after(now, std::max(options_.max_lock_ttl, longest_ttl_))});
+}
+
 void ClientImpl::warn_failed_release(const Operation& op, const Result& result) const {
   const auto& release = std::get<ReleasePart>(op.part);
   for (std::size_t i = 0; i < result.masters.size(); ++i) {

@@ -386,6 +386,57 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAReleaseCutOffWithItsConnection
   }
 }
 
+// And after a release that got its quorum. Held up on the way, the acquire's SET to master 2
+// lands after the release answered there "no key", and master 1's release lands after a later
+// extend sent on a new connection: the extend finds the key on masters 1 and 2 and says
+// "extended", then master 1's release deletes it there. No answer orders commands sent on
+// different connections, so a lock released here is not extended here again (for the longest
+// ttl in use), whatever the release's outcome.
+TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAReleaseThatGotItsQuorumIsRefused) {
+  RedisServerGroup masters(3);
+  std::atomic<int> hold_at{-1};  // the master whose requests naming the key are held 1.5 s
+  const std::string key = "redlock:released-then-extended";
+  std::vector<std::unique_ptr<TcpProxy>> proxies;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    proxies.push_back(std::make_unique<TcpProxy>(masters[i].port(), [&, i](std::string_view chunk) {
+      if (hold_at == static_cast<int>(i) && chunk.find(key) != std::string_view::npos) {
+        std::this_thread::sleep_for(1500ms);
+      }
+    }));
+  }
+  ClientOptions options;
+  for (const auto& proxy : proxies) options.masters.push_back(proxy->uri());
+  options.ttl = 10000ms;
+  options.command_timeout = 200ms;
+  options.stall_timeout = 300ms;
+  options.reconnect_min = 20ms;
+  options.retry_count = 0;
+  options.restart_guard = false;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  hold_at = 2;
+  const auto set_sent = std::chrono::steady_clock::now();
+  const Result held = client.acquire("released-then-extended");
+  ASSERT_TRUE(held) << format_result(held);
+  hold_at = -1;
+  std::this_thread::sleep_for(400ms);  // master 2's connection is dropped and made again
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  hold_at = 1;
+  const Result released = client.release(*held.lock);
+  EXPECT_EQ(released.outcome, Outcome::released) << format_result(released);
+  hold_at = -1;
+  std::this_thread::sleep_for(400ms);  // and master 1's
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  std::this_thread::sleep_until(set_sent + 1700ms);  // the held SET has landed on master 2
+  const Result extended = client.extend(client.adopt(held.lock->resource, held.lock->token));
+  EXPECT_FALSE(extended.ok()) << format_result(extended);
+  std::this_thread::sleep_for(600ms);  // master 1's held release has landed
+  if (extended.ok()) {
+    Client rival(options_for(masters));
+    EXPECT_FALSE(rival.acquire("released-then-extended")) << "two holders: the extend said " << format_result(extended);
+  }
+}
+
 TEST_P(ClientTest, ExtendOfALockWhoseDeadlinePassedIsRefusedWithoutSendingAnything) {
   Client client(options_for(masters_));
   const Result held = client.acquire("late");

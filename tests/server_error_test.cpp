@@ -25,10 +25,14 @@ TEST(ServerErrorTest, WrongTypeShowsOnThatMasterAndTheQuorumStillDecides) {
   ASSERT_TRUE(released) << format_result(released);
   // The release script's GET meets the hash: WRONGTYPE, reported on that master only.
   EXPECT_TRUE(eventually([&] { return masters[2].command({"TYPE", "redlock:typed"}).str == "hash"; }));
-  // A released Lock is refused here without a round; its token adopted is sent: the key is
-  // gone elsewhere, so lost.
-  const Result extended = client.extend(client.adopt("typed", held.lock->token));
+  // A released Lock is refused here without a round, adopted copies included (its release may
+  // still run late); another Client's adopted copy is sent: the key is gone elsewhere, so lost.
+  EXPECT_EQ(client.extend(client.adopt("typed", held.lock->token)).outcome, Outcome::invalid_argument);
+  Client other(options_for(masters));
+  ASSERT_TRUE(other.wait_connected(5, 5s));
+  const Result extended = other.extend(other.adopt("typed", held.lock->token));
   EXPECT_EQ(extended.outcome, Outcome::lost) << format_result(extended);
+  ASSERT_EQ(extended.masters.size(), masters.size());
   if (extended.masters[2].status != MasterStatus::pending) {
     EXPECT_EQ(extended.masters[2].status, MasterStatus::server_error);
     EXPECT_NE(extended.masters[2].error.find("WRONGTYPE"), std::string::npos) << extended.masters[2].error;

@@ -29,6 +29,7 @@
 #include "detail/operation.h"
 #include "detail/pool_allocator.h"
 #include "detail/release_watch.h"
+#include "detail/ring_queue.h"
 #include "detail/round.h"
 #include "redlock/client.h"
 #include "tls/tls_context.h"
@@ -135,9 +136,9 @@ class ClientImpl {
   // A failed extend whose rows prove no quorum can hold the token any more (its key gone or
   // another owner's on more than N - quorum masters): the Lock is marked lost, for every copy.
   void mark_lost_if_proven(const Lock& lock, const Result& result);
-  // A release of key/token sent by this Client may still run on a master: it is in flight, or
-  // it ended without a quorum's answer within max_lock_ttl (loop thread).
-  [[nodiscard]] bool release_unconfirmed(const std::string& key, const std::string& token) const;
+  // A release of key/token was begun here within the longest ttl in use (released_here_).
+  [[nodiscard]] bool released_here(const std::string& key, const std::string& token) const;
+  void remember_release(const Operation& op);
   void grant(const std::shared_ptr<Operation>& op, std::chrono::steady_clock::time_point started, Result result,
              std::shared_ptr<LockState> state, std::uint64_t fence);
   void fail_attempt(const std::shared_ptr<Operation>& op, Result result);
@@ -230,13 +231,19 @@ class ClientImpl {
   // expired entries are swept when it has doubled (from 1024).
   std::unordered_map<std::string, std::uint64_t> yield_until_;
   std::size_t yield_until_sweep_at_ = 1024;
-  // Releases of this Client's callers that ended without a quorum's answer (failed, cancelled):
-  // owner_of(key, token) -> until when (loop time) no copy of that lock is extended here. Their
-  // commands may still run on a master, late and after anything sent since (a resend after
-  // NOSCRIPT, or bytes held up on a connection dropped meanwhile). A release that got a quorum
-  // needs none: no extend after it can get one. Expired entries are swept when it has doubled.
-  std::unordered_map<std::uint64_t, std::uint64_t> unconfirmed_releases_;
-  std::size_t unconfirmed_releases_sweep_at_ = 1024;
+  // Releases begun here by callers, oldest first: no adopted copy of that lock is extended
+  // here until `until` (loop time). Whatever a release's outcome, its commands, and the SETs
+  // that went before it, may still run on a master later than anything sent since on another
+  // connection (a resend after NOSCRIPT; bytes held up on a connection dropped meanwhile).
+  // The longest ttl in use bounds how long any key of the lock can live unextended; `until`
+  // never decreases, so expired entries leave from the front. 16 bytes per release, no
+  // allocation once grown; searched only by an extend of an adopted copy.
+  struct ReleasedHere {
+    std::uint64_t owner = 0;  // owner_of(key, token)
+    std::uint64_t until = 0;
+  };
+  RingQueue<ReleasedHere> released_here_;
+  Milliseconds longest_ttl_{0};  // the longest ttl acquired, extended or released here
   // Keys this Client was granted by an acquire, until when (loop time: the acquire's validity;
   // renewals do not move it, so that an extend decided after a release began cannot put it
   // back). While one is held here, announcements of the key wake none of this Client's

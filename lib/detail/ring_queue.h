@@ -21,6 +21,9 @@ class RingQueue {
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] T& front() noexcept { return slots_[head_]; }
   [[nodiscard]] T& operator[](std::size_t index) noexcept { return slots_[(head_ + index) & (slots_.size() - 1)]; }
+  [[nodiscard]] const T& operator[](std::size_t index) const noexcept {
+    return slots_[(head_ + index) & (slots_.size() - 1)];
+  }
 
   void push_back(T value) {
     if (size_ == slots_.size()) grow();
