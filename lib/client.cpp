@@ -120,7 +120,6 @@ std::shared_ptr<Operation> release_operation(const ClientImpl& client, Lock lock
   auto op = client.make_operation();
   op->done = std::move(done);
   op->key = std::move(lock.key);
-  op->ttl = lock.ttl;  // for ClientImpl::unconfirmed_releases_
   op->part = ReleasePart{std::move(lock.token), false, {}, 0, std::move(state)};
   return op;
 }

@@ -446,6 +446,7 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
 bool ClientImpl::released_here(const std::string& key, const std::string& token) const {
   const std::uint64_t owner = owner_of(key, token);
   const std::uint64_t now = now_ns();
+  if (released_here_dropped_until_ > now) return true;  // the ring was full: every adopted copy
   for (std::size_t i = 0; i < released_here_.size(); ++i) {
     if (released_here_[i].owner == owner && released_here_[i].until > now) return true;
   }
@@ -911,20 +912,28 @@ void ClientImpl::finish(const std::shared_ptr<Operation>& op, Result result) {
   call_back(op->done, std::move(result));
 }
 
+// Loop thread, at a caller's release's beginning (released_here_).
+void ClientImpl::remember_release(const Operation& op) {
+  const std::uint64_t now = now_ns();
+  while (!released_here_.empty() && released_here_.front().until <= now) released_here_.pop_front();
+  if (released_here_.size() >= kMaxReleasedHere) {
+    // Bounded memory, failing closed: until the dropped entry would have expired, no adopted
+    // copy is extended here at all.
+    released_here_dropped_until_ = std::max(released_here_dropped_until_, released_here_.front().until);
+    released_here_.pop_front();
+  }
+  // (Not the released Lock's ttl: a public field, which a hand-built Lock may set to anything.)
+  const Milliseconds longest = std::max(options_.max_lock_ttl, longest_ttl_);
+  released_here_.push_back(
+      {owner_of(op.key, std::get<ReleasePart>(op.part).token), deadline_after(deadline_after(now, longest), longest)});
+}
+
 // The release the library sends on its own after a failed or cancelled acquire has no
 // caller to read its rows: a master that refused it (NOPERM, READONLY, OOM...) keeps the key
 // until its ttl, and the next attempts there read held_by_other. Say so. (Timeouts and lost
 // connections are not repeated here: the acquire's own rows showed them. Nor is a refusal of the
 // key itself: the same user could not have set it either, a review saw one such false warning
 // per master and attempt for names outside the user's key patterns.)
-void ClientImpl::remember_release(const Operation& op) {
-  const std::uint64_t now = now_ns();
-  while (!released_here_.empty() && released_here_.front().until <= now) released_here_.pop_front();
-  longest_ttl_ = std::max(longest_ttl_, op.ttl);  // the released Lock's
-  released_here_.push_back({owner_of(op.key, std::get<ReleasePart>(op.part).token),
-                            deadline_after(now, std::max(options_.max_lock_ttl, longest_ttl_))});
-}
-
 void ClientImpl::warn_failed_release(const Operation& op, const Result& result) const {
   const auto& release = std::get<ReleasePart>(op.part);
   for (std::size_t i = 0; i < result.masters.size(); ++i) {

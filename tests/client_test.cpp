@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <future>
 #include <memory>
@@ -434,6 +435,63 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAReleaseThatGotItsQuorumIsRefus
   if (extended.ok()) {
     Client rival(options_for(masters));
     EXPECT_FALSE(rival.acquire("released-then-extended")) << "two holders: the extend said " << format_result(extended);
+  }
+}
+
+// And for as long as commands sent before the release may still land and their keys live: a
+// review held the extends of the granted Lock (a Lease's renewals would do the same) on the
+// way to master 0, each landing while the key was still there and pushing it further, the
+// release there, and the acquire's SET to master 1. An adopted copy extended just after
+// max_lock_ttl found the key on masters 0 and 1, said "extended", and the held release then
+// deleted it on master 0: two holders, 4 of 4. Every hold here is within max_lock_ttl.
+TEST(ClientLossTest, AnExtendOfAnAdoptedCopyWaitsOutWhatWasSentBeforeTheRelease) {
+  RedisServerGroup masters(3);
+  const std::string key = "redlock:sent-before";
+  const auto start = std::chrono::steady_clock::now();
+  const auto at = [&](long ms) { std::this_thread::sleep_until(start + std::chrono::milliseconds(ms)); };
+  std::array<std::atomic<long>, 3> hold_until{};  // ms after start; 0: not held
+  std::vector<std::unique_ptr<TcpProxy>> proxies;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    proxies.push_back(std::make_unique<TcpProxy>(masters[i].port(), [&, i](std::string_view chunk) {
+      if (chunk.find(key) == std::string_view::npos) return;
+      if (const long until = hold_until[i].load(); until > 0) at(until);
+    }));
+  }
+  ClientOptions options;
+  for (const auto& proxy : proxies) options.masters.push_back(proxy->uri());
+  options.ttl = 1000ms;  // max_lock_ttl 2 s
+  options.command_timeout = 200ms;
+  options.stall_timeout = 300ms;
+  options.reconnect_min = 20ms;
+  options.retry_count = 0;
+  options.restart_guard = false;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  hold_until[1] = 3300;  // the acquire's SET to master 1
+  const Result held = client.acquire("sent-before");
+  hold_until[1] = 0;
+  ASSERT_TRUE(held) << format_result(held);
+  for (const auto& [sent, lands] : {std::pair{100L, 900L}, {500L, 1800L}, {900L, 2700L}}) {
+    at(sent);
+    ASSERT_TRUE(client.wait_connected(3, 2s));
+    hold_until[0] = lands;
+    (void)client.extend(*held.lock);
+    hold_until[0] = 0;
+  }
+  at(1300);
+  ASSERT_TRUE(client.wait_connected(3, 2s));
+  hold_until[0] = 3600;
+  const auto release_sent = std::chrono::steady_clock::now();
+  EXPECT_TRUE(client.release(*held.lock));
+  hold_until[0] = 0;
+  ASSERT_TRUE(client.wait_connected(3, 2s));
+  std::this_thread::sleep_until(release_sent + 2050ms);
+  const Result extended = client.extend(client.adopt("sent-before", held.lock->token), 5000ms);
+  EXPECT_FALSE(extended.ok()) << format_result(extended);
+  at(3750);
+  if (extended.ok()) {
+    Client rival(options_for(masters));
+    EXPECT_FALSE(rival.acquire("sent-before")) << "two holders: the extend said " << format_result(extended);
   }
 }
 

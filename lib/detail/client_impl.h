@@ -136,7 +136,7 @@ class ClientImpl {
   // A failed extend whose rows prove no quorum can hold the token any more (its key gone or
   // another owner's on more than N - quorum masters): the Lock is marked lost, for every copy.
   void mark_lost_if_proven(const Lock& lock, const Result& result);
-  // A release of key/token was begun here within the longest ttl in use (released_here_).
+  // A release of key/token was begun here within twice the longest ttl in use (released_here_).
   [[nodiscard]] bool released_here(const std::string& key, const std::string& token) const;
   void remember_release(const Operation& op);
   void grant(const std::shared_ptr<Operation>& op, std::chrono::steady_clock::time_point started, Result result,
@@ -233,17 +233,22 @@ class ClientImpl {
   std::size_t yield_until_sweep_at_ = 1024;
   // Releases begun here by callers, oldest first: no adopted copy of that lock is extended
   // here until `until` (loop time). Whatever a release's outcome, its commands, and the SETs
-  // that went before it, may still run on a master later than anything sent since on another
-  // connection (a resend after NOSCRIPT; bytes held up on a connection dropped meanwhile).
-  // The longest ttl in use bounds how long any key of the lock can live unextended; `until`
-  // never decreases, so expired entries leave from the front. 16 bytes per release, no
-  // allocation once grown; searched only by an extend of an adopted copy.
+  // and extends that went before it, may still run on a master later than anything sent since
+  // on another connection (a resend after NOSCRIPT; bytes held up on a connection dropped
+  // meanwhile). With L the longest ttl in use: every command sent before the release lands
+  // within L of it or never (the bounded delay Redlock assumes), and its key lives at most L
+  // more, so `until` is twice L after the release's submission. `until` never decreases, so
+  // expired entries leave from the front. 16 bytes per release, no allocation once grown;
+  // searched only by an extend of an adopted copy. At most kMaxReleasedHere entries: past
+  // that the oldest is dropped and every adopted copy is refused until it would have expired.
   struct ReleasedHere {
     std::uint64_t owner = 0;  // owner_of(key, token)
     std::uint64_t until = 0;
   };
+  static constexpr std::size_t kMaxReleasedHere = std::size_t{1} << 20;  // 16 MiB
   RingQueue<ReleasedHere> released_here_;
-  Milliseconds longest_ttl_{0};  // the longest ttl acquired, extended or released here
+  std::uint64_t released_here_dropped_until_ = 0;
+  Milliseconds longest_ttl_{0};  // the longest ttl acquired or extended here
   // Keys this Client was granted by an acquire, until when (loop time: the acquire's validity;
   // renewals do not move it, so that an extend decided after a release began cannot put it
   // back). While one is held here, announcements of the key wake none of this Client's
