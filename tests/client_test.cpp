@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -273,6 +274,16 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyDecidedAfterTheLockWasReleasedDoesNo
   }
 }
 
+// Every master forgets the scripts (SCRIPT FLUSH), then `other` extends a lock of its own: its
+// NOSCRIPT is sent again as EVAL, which caches the extend script again. The release script
+// alone is unknown: a release is answered NOSCRIPT and sent again behind what followed it.
+void forget_the_release_script(const RedisServerGroup& masters, Client& other, const std::string& resource) {
+  const Result unrelated = other.acquire(resource);
+  ASSERT_TRUE(unrelated) << format_result(unrelated);
+  for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"SCRIPT", "FLUSH"});
+  ASSERT_TRUE(other.extend(*unrelated.lock));
+}
+
 // A release whose script a master had forgotten (SCRIPT FLUSH) is sent again as EVAL, behind
 // whatever followed it on the connection: an extend of an adopted copy submitted after the
 // release ran first on every master and said extended, 2.97 s, then the release deleted the key
@@ -286,11 +297,7 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopySubmittedWhileItsReleaseIsInFlightIs
   Client other(options);
   const Result held = client.acquire("release-in-flight");
   ASSERT_TRUE(held) << format_result(held);
-  const Result unrelated = other.acquire("release-in-flight-unrelated");
-  ASSERT_TRUE(unrelated) << format_result(unrelated);
-  for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"SCRIPT", "FLUSH"});
-  // NOSCRIPT, sent again as EVAL: the extend script is known again, the release script not.
-  ASSERT_TRUE(other.extend(*unrelated.lock));
+  ASSERT_NO_FATAL_FAILURE(forget_the_release_script(masters, other, "release-in-flight-unrelated"));
   std::promise<Result> released;
   std::promise<Result> extended;
   client.release_async(*held.lock, [&](Result result) { released.set_value(std::move(result)); });
@@ -316,11 +323,7 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAFailedReleaseDoesNotRunBeforeT
   Client other(options);
   const Result held = client.acquire("failed-release");
   ASSERT_TRUE(held) << format_result(held);
-  const Result unrelated = other.acquire("failed-release-unrelated");
-  ASSERT_TRUE(unrelated) << format_result(unrelated);
-  for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"SCRIPT", "FLUSH"});
-  // NOSCRIPT, sent again as EVAL: the extend script is known again, the release script not.
-  ASSERT_TRUE(other.extend(*unrelated.lock));
+  ASSERT_NO_FATAL_FAILURE(forget_the_release_script(masters, other, "failed-release-unrelated"));
   // Every master sits on the release past its deadline, and answers before the extend's.
   for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"CLIENT", "PAUSE", "800", "ALL"});
   const Result released = client.release(*held.lock);
@@ -335,37 +338,53 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAFailedReleaseDoesNotRunBeforeT
   }
 }
 
+// Three masters, each behind a proxy that runs `hold` on every request chunk before passing it
+// on (a hold sleeps: that chunk and all behind it on that connection wait), and a Client's
+// options for them whose stall check drops a held-up connection fast; no retries, no guard.
+struct HeldUpMasters {
+  using Hold = std::function<void(std::size_t master, std::string_view chunk)>;
+  explicit HeldUpMasters(Hold on_request) : masters(3), hold(std::move(on_request)) {
+    for (std::size_t i = 0; i < masters.size(); ++i) {
+      proxies.push_back(
+          std::make_unique<TcpProxy>(masters[i].port(), [this, i](std::string_view chunk) { hold(i, chunk); }));
+    }
+  }
+  [[nodiscard]] ClientOptions options(std::chrono::milliseconds ttl) const {
+    ClientOptions options;
+    for (const auto& proxy : proxies) options.masters.push_back(proxy->uri());
+    options.ttl = ttl;
+    options.command_timeout = 200ms;
+    options.stall_timeout = 300ms;
+    options.reconnect_min = 20ms;
+    options.retry_count = 0;
+    options.restart_guard = false;
+    return options;
+  }
+  RedisServerGroup masters;
+  Hold hold;
+  std::vector<std::unique_ptr<TcpProxy>> proxies;  // last: stopped before `hold` goes
+};
+
 // The same when the release's connections are dropped (stall_timeout) while its commands are
 // held up on the way (a review: a proxy holding them 1.5 s): the extend went out on the new
 // connections, said "extended", and the release then landed and deleted the key, 5 of 5.
 // A release this Client could not confirm may still run anywhere, any time.
 TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAReleaseCutOffWithItsConnectionsIsRefused) {
-  RedisServerGroup masters(3);
   std::atomic<bool> hold{false};
   std::mutex mutex;
   std::string token;
-  std::vector<std::unique_ptr<TcpProxy>> proxies;
-  for (std::size_t i = 0; i < masters.size(); ++i) {
-    proxies.push_back(std::make_unique<TcpProxy>(masters[i].port(), [&](std::string_view chunk) {
-      std::string held_token;
-      {
-        const std::lock_guard<std::mutex> guard(mutex);
-        held_token = token;
-      }
-      if (hold && !held_token.empty() && chunk.find(held_token) != std::string_view::npos) {
-        std::this_thread::sleep_for(1500ms);
-      }
-    }));
-  }
-  ClientOptions options;
-  for (const auto& proxy : proxies) options.masters.push_back(proxy->uri());
-  options.ttl = 10000ms;
-  options.command_timeout = 200ms;
-  options.stall_timeout = 300ms;
-  options.reconnect_min = 20ms;
-  options.retry_count = 0;
-  options.restart_guard = false;
-  Client client(options);
+  HeldUpMasters held_up([&](std::size_t, std::string_view chunk) {
+    std::string held_token;
+    {
+      const std::lock_guard<std::mutex> guard(mutex);
+      held_token = token;
+    }
+    if (hold && !held_token.empty() && chunk.find(held_token) != std::string_view::npos) {
+      std::this_thread::sleep_for(1500ms);
+    }
+  });
+  const RedisServerGroup& masters = held_up.masters;
+  Client client(held_up.options(10000ms));
   const Result held = client.acquire("cut-off-release");
   ASSERT_TRUE(held) << format_result(held);
   {
@@ -394,26 +413,14 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAReleaseCutOffWithItsConnection
 // different connections, so a lock released here is not extended here again (for the longest
 // ttl in use), whatever the release's outcome.
 TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAReleaseThatGotItsQuorumIsRefused) {
-  RedisServerGroup masters(3);
   std::atomic<int> hold_at{-1};  // the master whose requests naming the key are held 1.5 s
   const std::string key = "redlock:released-then-extended";
-  std::vector<std::unique_ptr<TcpProxy>> proxies;
-  for (std::size_t i = 0; i < masters.size(); ++i) {
-    proxies.push_back(std::make_unique<TcpProxy>(masters[i].port(), [&, i](std::string_view chunk) {
-      if (hold_at == static_cast<int>(i) && chunk.find(key) != std::string_view::npos) {
-        std::this_thread::sleep_for(1500ms);
-      }
-    }));
-  }
-  ClientOptions options;
-  for (const auto& proxy : proxies) options.masters.push_back(proxy->uri());
-  options.ttl = 10000ms;
-  options.command_timeout = 200ms;
-  options.stall_timeout = 300ms;
-  options.reconnect_min = 20ms;
-  options.retry_count = 0;
-  options.restart_guard = false;
-  Client client(options);
+  HeldUpMasters held_up([&](std::size_t i, std::string_view chunk) {
+    if (hold_at == static_cast<int>(i) && chunk.find(key) != std::string_view::npos)
+      std::this_thread::sleep_for(1500ms);
+  });
+  const RedisServerGroup& masters = held_up.masters;
+  Client client(held_up.options(10000ms));
   ASSERT_TRUE(client.wait_connected(3, 5s));
   hold_at = 2;
   const auto set_sent = std::chrono::steady_clock::now();
@@ -445,27 +452,16 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAReleaseThatGotItsQuorumIsRefus
 // max_lock_ttl found the key on masters 0 and 1, said "extended", and the held release then
 // deleted it on master 0: two holders, 4 of 4. Every hold here is within max_lock_ttl.
 TEST(ClientLossTest, AnExtendOfAnAdoptedCopyWaitsOutWhatWasSentBeforeTheRelease) {
-  RedisServerGroup masters(3);
   const std::string key = "redlock:sent-before";
   const auto start = std::chrono::steady_clock::now();
   const auto at = [&](long ms) { std::this_thread::sleep_until(start + std::chrono::milliseconds(ms)); };
   std::array<std::atomic<long>, 3> hold_until{};  // ms after start; 0: not held
-  std::vector<std::unique_ptr<TcpProxy>> proxies;
-  for (std::size_t i = 0; i < masters.size(); ++i) {
-    proxies.push_back(std::make_unique<TcpProxy>(masters[i].port(), [&, i](std::string_view chunk) {
-      if (chunk.find(key) == std::string_view::npos) return;
-      if (const long until = hold_until[i].load(); until > 0) at(until);
-    }));
-  }
-  ClientOptions options;
-  for (const auto& proxy : proxies) options.masters.push_back(proxy->uri());
-  options.ttl = 1000ms;  // max_lock_ttl 2 s
-  options.command_timeout = 200ms;
-  options.stall_timeout = 300ms;
-  options.reconnect_min = 20ms;
-  options.retry_count = 0;
-  options.restart_guard = false;
-  Client client(options);
+  HeldUpMasters held_up([&](std::size_t i, std::string_view chunk) {
+    if (chunk.find(key) == std::string_view::npos) return;
+    if (const long until = hold_until[i].load(); until > 0) at(until);
+  });
+  const RedisServerGroup& masters = held_up.masters;
+  Client client(held_up.options(1000ms));  // max_lock_ttl 2 s
   ASSERT_TRUE(client.wait_connected(3, 5s));
   hold_until[1] = 3300;  // the acquire's SET to master 1
   const Result held = client.acquire("sent-before");
