@@ -446,7 +446,7 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
 bool ClientImpl::released_here(const std::string& key, const std::string& token) const {
   const std::uint64_t owner = owner_of(key, token);
   const std::uint64_t now = now_ns();
-  if (released_here_dropped_until_ > now) return true;  // the ring was full: every adopted copy
+  if (released_here_dropped_until_ > now) return true;  // the ring overflowed: every adopted copy is refused
   for (std::size_t i = 0; i < released_here_.size(); ++i) {
     if (released_here_[i].owner == owner && released_here_[i].until > now) return true;
   }
