@@ -445,12 +445,21 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
 // Loop thread. A scan: only for an extend of an adopted copy.
 bool ClientImpl::released_here(const std::string& key, const std::string& token) const {
   const std::uint64_t owner = owner_of(key, token);
+  // The longest ttl as it is now: one used since the release may have been that of a command
+  // sent before it (a review: a window fixed at the release let such an extend through).
   const std::uint64_t now = now_ns();
-  if (released_here_dropped_until_ > now) return true;  // the ring overflowed: every adopted copy is refused
+  const auto released_too_lately = [&](std::uint64_t submitted) { return released_here_end(submitted) > now; };
+  // The ring overflowed: every adopted copy is refused.
+  if (released_here_dropped_ != 0 && released_too_lately(released_here_dropped_)) return true;
   for (std::size_t i = 0; i < released_here_.size(); ++i) {
-    if (released_here_[i].owner == owner && released_here_[i].until > now) return true;
+    if (released_here_[i].owner == owner && released_too_lately(released_here_[i].submitted)) return true;
   }
   return false;
+}
+
+std::uint64_t ClientImpl::released_here_end(std::uint64_t submitted) const noexcept {
+  const Milliseconds longest = std::max(options_.max_lock_ttl, longest_ttl_);
+  return deadline_after(deadline_after(submitted, longest), longest);
 }
 
 // Another Client may hold the lock now; before, remaining() went on counting down the old
@@ -915,17 +924,16 @@ void ClientImpl::finish(const std::shared_ptr<Operation>& op, Result result) {
 // Loop thread, at a caller's release's beginning (released_here_).
 void ClientImpl::remember_release(const Operation& op) {
   const std::uint64_t now = now_ns();
-  while (!released_here_.empty() && released_here_.front().until <= now) released_here_.pop_front();
+  while (!released_here_.empty() && released_here_end(released_here_.front().submitted) <= now) {
+    released_here_.pop_front();
+  }
   if (released_here_.size() >= kMaxReleasedHere) {
     // Bounded memory, failing closed: until the dropped entry would have expired, no adopted
     // copy is extended here at all.
-    released_here_dropped_until_ = std::max(released_here_dropped_until_, released_here_.front().until);
+    released_here_dropped_ = released_here_.front().submitted;
     released_here_.pop_front();
   }
-  // (Not the released Lock's ttl: a public field, which a hand-built Lock may set to anything.)
-  const Milliseconds longest = std::max(options_.max_lock_ttl, longest_ttl_);
-  released_here_.push_back(
-      {owner_of(op.key, std::get<ReleasePart>(op.part).token), deadline_after(deadline_after(now, longest), longest)});
+  released_here_.push_back({owner_of(op.key, std::get<ReleasePart>(op.part).token), now});
 }
 
 // The release the library sends on its own after a failed or cancelled acquire has no

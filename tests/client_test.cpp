@@ -491,6 +491,29 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyWaitsOutWhatWasSentBeforeTheRelease)
   }
 }
 
+// The window is twice the longest ttl as it is at the extend, not at the release: a review
+// held commands sent before the release for as long as a longer ttl used after it, and an
+// adopted copy extended after the window fixed at the release said "extended" over a key the
+// held release then deleted (two holders, 4 of 4).
+TEST(ClientLossTest, ALongerTtlUsedAfterAReleaseWidensItsWindow) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.restart_guard = false;
+  options.ttl = 300ms;
+  options.max_lock_ttl = 500ms;  // a window of 1 s
+  Client client(options);
+  const Result held = client.acquire("widened");
+  ASSERT_TRUE(held) << format_result(held);
+  ASSERT_TRUE(client.release(*held.lock));
+  AcquireOptions longer;
+  longer.ttl = 3000ms;  // a window of 6 s from now on
+  ASSERT_TRUE(client.acquire("widened-longer", longer));
+  std::this_thread::sleep_for(1200ms);
+  const Result extended = client.extend(client.adopt("widened", held.lock->token));
+  EXPECT_EQ(extended.outcome, Outcome::invalid_argument) << format_result(extended);
+  EXPECT_TRUE(extended.masters.empty()) << "sent, not refused: " << format_result(extended);
+}
+
 TEST_P(ClientTest, ExtendOfALockWhoseDeadlinePassedIsRefusedWithoutSendingAnything) {
   Client client(options_for(masters_));
   const Result held = client.acquire("late");

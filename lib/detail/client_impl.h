@@ -139,6 +139,7 @@ class ClientImpl {
   // A release of key/token was begun here within twice the longest ttl in use (released_here_).
   [[nodiscard]] bool released_here(const std::string& key, const std::string& token) const;
   void remember_release(const Operation& op);
+  [[nodiscard]] std::uint64_t released_here_end(std::uint64_t submitted) const noexcept;
   void grant(const std::shared_ptr<Operation>& op, std::chrono::steady_clock::time_point started, Result result,
              std::shared_ptr<LockState> state, std::uint64_t fence);
   void fail_attempt(const std::shared_ptr<Operation>& op, Result result);
@@ -232,23 +233,24 @@ class ClientImpl {
   std::unordered_map<std::string, std::uint64_t> yield_until_;
   std::size_t yield_until_sweep_at_ = 1024;
   // Releases begun here by callers, oldest first: no adopted copy of that lock is extended
-  // here until `until` (loop time). Whatever a release's outcome, its commands, and the SETs
-  // and extends that went before it, may still run on a master later than anything sent since
-  // on another connection (a resend after NOSCRIPT; bytes held up on a connection dropped
-  // meanwhile). With L the longest ttl in use: every command sent before the release lands
-  // within L of it or never (the bounded delay Redlock assumes), and its key lives at most L
-  // more, so `until` is twice L after the release's submission. `until` never decreases, so
-  // expired entries leave from the front. 16 bytes per release, no allocation once grown;
-  // searched only by an extend of an adopted copy. At most kMaxReleasedHere entries: past
-  // that the oldest is dropped and every adopted copy is refused until it would have expired.
+  // here until released_here_end(submitted). Whatever a release's outcome, its commands, and
+  // the SETs and extends that went before it, may still run on a master later than anything
+  // sent since on another connection (a resend after NOSCRIPT; bytes held up on a connection
+  // dropped meanwhile). With L the longest ttl in use (max_lock_ttl, or the longest acquired
+  // or extended here, as it is when asked: L only grows): every command sent before the
+  // release lands within L of it or never (the bounded delay Redlock assumes), and its key
+  // lives at most L more, so the end is twice L after the submission. Ends come in submission
+  // order, so expired entries leave from the front. 16 bytes per release, no allocation once
+  // grown; searched only by an extend of an adopted copy. At most kMaxReleasedHere entries:
+  // past that the oldest is dropped and every adopted copy is refused until it would have ended.
   struct ReleasedHere {
-    std::uint64_t owner = 0;  // owner_of(key, token)
-    std::uint64_t until = 0;
+    std::uint64_t owner = 0;      // owner_of(key, token)
+    std::uint64_t submitted = 0;  // now_ns() at the release's beginning
   };
   static constexpr std::size_t kMaxReleasedHere = std::size_t{1} << 20;  // 16 MiB
   RingQueue<ReleasedHere> released_here_;
-  std::uint64_t released_here_dropped_until_ = 0;
-  Milliseconds longest_ttl_{0};  // the longest ttl acquired or extended here
+  std::uint64_t released_here_dropped_ = 0;  // the submission of the newest entry dropped
+  Milliseconds longest_ttl_{0};
   // Keys this Client was granted by an acquire, until when (loop time: the acquire's validity;
   // renewals do not move it, so that an extend decided after a release began cannot put it
   // back). While one is held here, announcements of the key wake none of this Client's
