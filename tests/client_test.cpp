@@ -514,6 +514,57 @@ TEST(ClientLossTest, ALongerTtlUsedAfterAReleaseWidensItsWindow) {
   EXPECT_TRUE(extended.masters.empty()) << "sent, not refused: " << format_result(extended);
 }
 
+// A release whose NOSCRIPT is read after the window is not sent again: sent then, it landed
+// behind an extend the window no longer refused (a review: replies held 2.1 s against a 2 s
+// window while another Client kept the key alive; "extended", then the resent release deleted
+// the key, and a rival was granted, 3 of 3). Here the release itself is held on the way.
+TEST(ClientLossTest, AReleaseAnsweredNoscriptAfterItsWindowIsNotSentAgain) {
+  std::atomic<bool> hold{false};
+  std::mutex mutex;
+  std::string token;
+  HeldUpMasters held_up([&](std::size_t, std::string_view chunk) {
+    std::string held_token;
+    {
+      const std::lock_guard<std::mutex> guard(mutex);
+      held_token = token;
+    }
+    if (hold && !held_token.empty() && chunk.find(held_token) != std::string_view::npos) {
+      std::this_thread::sleep_for(2100ms);
+    }
+  });
+  const RedisServerGroup& masters = held_up.masters;
+  auto options = held_up.options(1000ms);
+  options.max_lock_ttl = 1000ms;  // a window of 2 s
+  options.stall_timeout = 5s;     // the held connections are kept
+  Client client(options);
+  auto direct = options_for(masters);
+  direct.restart_guard = false;
+  Client other(direct);  // another holder of the token, not behind the proxies
+  const Result held = client.acquire("noscript-late");
+  ASSERT_TRUE(held) << format_result(held);
+  ASSERT_NO_FATAL_FAILURE(forget_the_release_script(masters, other, "noscript-late-unrelated"));
+  {
+    const std::lock_guard<std::mutex> guard(mutex);
+    token = held.lock->token;
+  }
+  hold = true;
+  const auto released = std::chrono::steady_clock::now();
+  EXPECT_FALSE(client.release(*held.lock));  // held 2.1 s, then answered NOSCRIPT everywhere
+  hold = false;
+  // Meanwhile the other holder keeps the key alive.
+  for (const auto at : {500ms, 1400ms}) {
+    std::this_thread::sleep_until(released + at);
+    EXPECT_TRUE(other.extend(other.adopt("noscript-late", held.lock->token)));
+  }
+  std::this_thread::sleep_until(released + 2050ms);  // past the window: sent, behind the release
+  const Result extended = client.extend(client.adopt(held.lock->resource, held.lock->token));
+  ASSERT_TRUE(extended) << "the extend was meant to go out after the window: " << format_result(extended);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(with_key(masters, held.lock->key), masters.size()) << "extended, then deleted under it";
+  Client rival(direct);
+  EXPECT_FALSE(rival.acquire("noscript-late")) << "two holders: the extend said " << format_result(extended);
+}
+
 TEST_P(ClientTest, ExtendOfALockWhoseDeadlinePassedIsRefusedWithoutSendingAnything) {
   Client client(options_for(masters_));
   const Result held = client.acquire("late");

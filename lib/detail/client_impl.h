@@ -140,6 +140,8 @@ class ClientImpl {
   [[nodiscard]] bool released_here(const std::string& key, const std::string& token) const;
   void remember_release(const Operation& op);
   [[nodiscard]] std::uint64_t released_here_end(std::uint64_t submitted) const noexcept;
+  // max_lock_ttl, or the longest ttl acquired or extended here if longer (only grows).
+  [[nodiscard]] Milliseconds longest_ttl_in_use() const noexcept;
   void grant(const std::shared_ptr<Operation>& op, std::chrono::steady_clock::time_point started, Result result,
              std::shared_ptr<LockState> state, std::uint64_t fence);
   void fail_attempt(const std::shared_ptr<Operation>& op, Result result);
@@ -239,7 +241,8 @@ class ClientImpl {
   // dropped meanwhile). With L the longest ttl in use (max_lock_ttl, or the longest acquired
   // or extended here, as it is when asked: L only grows): every command sent before the
   // release lands within L of it or never (the bounded delay Redlock assumes), and its key
-  // lives at most L more, so the end is twice L after the submission. Ends come in submission
+  // lives at most L more, so the end is twice L after the submission. (A release's own NOSCRIPT
+  // resend is sent only within L of it: RoundArgs::resend_before.) Ends come in submission
   // order, so expired entries leave from the front. 16 bytes per release, no allocation once
   // grown; searched only by an extend of an adopted copy. At most kMaxReleasedHere entries:
   // past that the oldest is dropped and every adopted copy is refused until it would have ended.

@@ -131,6 +131,7 @@ struct RoundArgs {
   // extend: a NOSCRIPT answer is re-sent with EVAL only before this instant of the validity
   // clock (max: while the round is undecided). A lease's renewal sets its loss moment, on the
   // clock its lost() reads: no re-send is queued once the holder may have been told.
+  // release: the longest ttl in use after its start (ClientImpl::released_here_).
   std::chrono::steady_clock::time_point resend_before = std::chrono::steady_clock::time_point::max();
 };
 
