@@ -449,13 +449,14 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
 
 // Loop thread. A scan: only for an extend of an adopted copy.
 bool ClientImpl::released_here(const std::string& key, const std::string& token) const {
+  if (released_here_.empty() && !released_here_overflowed_) return false;  // (no clock reading)
   const std::uint64_t owner = owner_of(key, token);
   // The longest ttl as it is now: one used since the release may have been that of a command
   // sent before it (a review: a window fixed at the release let such an extend through).
-  const std::uint64_t now = now_ns();
+  const std::uint64_t now = validity_clock_ns();
   const auto released_too_lately = [&](std::uint64_t submitted) { return released_here_end(submitted) > now; };
   // The ring overflowed: every adopted copy is refused.
-  if (released_here_dropped_ != 0 && released_too_lately(released_here_dropped_)) return true;
+  if (released_here_overflowed_ && released_too_lately(released_here_dropped_)) return true;
   for (std::size_t i = 0; i < released_here_.size(); ++i) {
     if (released_here_[i].owner == owner && released_too_lately(released_here_[i].submitted)) return true;
   }
@@ -464,10 +465,19 @@ bool ClientImpl::released_here(const std::string& key, const std::string& token)
 
 std::uint64_t ClientImpl::released_here_end(std::uint64_t submitted) const noexcept {
   const Milliseconds longest = longest_ttl_in_use();
-  return deadline_after(deadline_after(submitted, longest), longest);
+  // A release submitted while a master's connection is being made waits for its handshake,
+  // up to connect_timeout, before it is written (a review: written then, it landed after a
+  // window counted from the submission, two holders 6 of 6).
+  return deadline_after(deadline_after(deadline_after(submitted, options_.connect_timeout), longest), longest);
 }
 
 Milliseconds ClientImpl::longest_ttl_in_use() const noexcept { return std::max(options_.max_lock_ttl, longest_ttl_); }
+
+// The window is on the validity clock, as is the release's resend bound (RoundArgs::resend_before).
+std::uint64_t ClientImpl::validity_clock_ns() const {
+  const auto since = std::chrono::duration_cast<std::chrono::nanoseconds>(clock_->now().time_since_epoch()).count();
+  return since > 0 ? static_cast<std::uint64_t>(since) : 0;
+}
 
 // Another Client may hold the lock now; before, remaining() went on counting down the old
 // validity and lost() said false (ClientTest.AnExtendThatProvesTheLockGoneMarksEveryCopyLost).
@@ -930,7 +940,7 @@ void ClientImpl::finish(const std::shared_ptr<Operation>& op, Result result) {
 
 // Loop thread, at a caller's release's beginning (released_here_).
 void ClientImpl::remember_release(const Operation& op) {
-  const std::uint64_t now = now_ns();
+  const std::uint64_t now = validity_clock_ns();
   while (!released_here_.empty() && released_here_end(released_here_.front().submitted) <= now) {
     released_here_.pop_front();
   }
@@ -938,6 +948,7 @@ void ClientImpl::remember_release(const Operation& op) {
     // Bounded memory, failing closed: until the dropped entry would have expired, no adopted
     // copy is extended here at all.
     released_here_dropped_ = released_here_.front().submitted;
+    released_here_overflowed_ = true;
     released_here_.pop_front();
   }
   released_here_.push_back({owner_of(op.key, std::get<ReleasePart>(op.part).token), now});

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "detail/lock_commands.h"
 #include "redlock/errors.h"
 #include "tcp_proxy.h"
 #include "test_util.h"
@@ -274,14 +275,16 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyDecidedAfterTheLockWasReleasedDoesNo
   }
 }
 
-// Every master forgets the scripts (SCRIPT FLUSH), then `other` extends a lock of its own: its
-// NOSCRIPT is sent again as EVAL, which caches the extend script again. The release script
-// alone is unknown: a release is answered NOSCRIPT and sent again behind what followed it.
-void forget_the_release_script(const RedisServerGroup& masters, Client& other, const std::string& resource) {
-  const Result unrelated = other.acquire(resource);
-  ASSERT_TRUE(unrelated) << format_result(unrelated);
-  for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"SCRIPT", "FLUSH"});
-  ASSERT_TRUE(other.extend(*unrelated.lock));
+// Every master forgets the scripts (SCRIPT FLUSH) and is given the extend script again: the
+// release script alone is unknown, so a release is answered NOSCRIPT and sent again, as EVAL,
+// behind what followed it. `client` is connected first: a handshake still running would load
+// the scripts again.
+void forget_the_release_script(const RedisServerGroup& masters, Client& client) {
+  ASSERT_TRUE(client.wait_connected(masters.size(), 5s));
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    masters[i].command({"SCRIPT", "FLUSH"});
+    masters[i].command({"SCRIPT", "LOAD", std::string(detail::kExtendScript)});
+  }
 }
 
 // A release whose script a master had forgotten (SCRIPT FLUSH) is sent again as EVAL, behind
@@ -294,10 +297,9 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopySubmittedWhileItsReleaseIsInFlightIs
   auto options = options_for(masters);
   options.ttl = 3000ms;
   Client client(options);
-  Client other(options);
   const Result held = client.acquire("release-in-flight");
   ASSERT_TRUE(held) << format_result(held);
-  ASSERT_NO_FATAL_FAILURE(forget_the_release_script(masters, other, "release-in-flight-unrelated"));
+  ASSERT_NO_FATAL_FAILURE(forget_the_release_script(masters, client));
   std::promise<Result> released;
   std::promise<Result> extended;
   client.release_async(*held.lock, [&](Result result) { released.set_value(std::move(result)); });
@@ -320,10 +322,9 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAFailedReleaseDoesNotRunBeforeT
   options.ttl = 5000ms;
   options.command_timeout = 500ms;
   Client client(options);
-  Client other(options);
   const Result held = client.acquire("failed-release");
   ASSERT_TRUE(held) << format_result(held);
-  ASSERT_NO_FATAL_FAILURE(forget_the_release_script(masters, other, "failed-release-unrelated"));
+  ASSERT_NO_FATAL_FAILURE(forget_the_release_script(masters, client));
   // Every master sits on the release past its deadline, and answers before the extend's.
   for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"CLIENT", "PAUSE", "800", "ALL"});
   const Result released = client.release(*held.lock);
@@ -529,40 +530,63 @@ TEST(ClientLossTest, AReleaseAnsweredNoscriptAfterItsWindowIsNotSentAgain) {
       held_token = token;
     }
     if (hold && !held_token.empty() && chunk.find(held_token) != std::string_view::npos) {
-      std::this_thread::sleep_for(2100ms);
+      std::this_thread::sleep_for(3100ms);
     }
   });
   const RedisServerGroup& masters = held_up.masters;
   auto options = held_up.options(1000ms);
-  options.max_lock_ttl = 1000ms;  // a window of 2 s
+  options.max_lock_ttl = 1000ms;  // a window of 3 s with connect_timeout
+  options.connect_timeout = 1000ms;
   options.stall_timeout = 5s;     // the held connections are kept
   Client client(options);
   auto direct = options_for(masters);
   direct.restart_guard = false;
+  direct.ttl = 5000ms;   // the key outlives the test: only a release can take it
   Client other(direct);  // another holder of the token, not behind the proxies
+  ASSERT_TRUE(other.wait_connected(masters.size(), 5s));  // before the scripts are forgotten
   const Result held = client.acquire("noscript-late");
   ASSERT_TRUE(held) << format_result(held);
-  ASSERT_NO_FATAL_FAILURE(forget_the_release_script(masters, other, "noscript-late-unrelated"));
+  ASSERT_NO_FATAL_FAILURE(forget_the_release_script(masters, client));
   {
     const std::lock_guard<std::mutex> guard(mutex);
     token = held.lock->token;
   }
   hold = true;
   const auto released = std::chrono::steady_clock::now();
-  EXPECT_FALSE(client.release(*held.lock));  // held 2.1 s, then answered NOSCRIPT everywhere
+  EXPECT_FALSE(client.release(*held.lock));  // held 3.1 s, then answered NOSCRIPT everywhere
   hold = false;
   // Meanwhile the other holder keeps the key alive.
-  for (const auto at : {500ms, 1400ms}) {
+  for (const auto at : {500ms, 1400ms, 2300ms}) {
     std::this_thread::sleep_until(released + at);
     EXPECT_TRUE(other.extend(other.adopt("noscript-late", held.lock->token)));
   }
-  std::this_thread::sleep_until(released + 2050ms);  // past the window: sent, behind the release
+  std::this_thread::sleep_until(released + 3050ms);  // past the window: sent, behind the release
   const Result extended = client.extend(client.adopt(held.lock->resource, held.lock->token));
   ASSERT_TRUE(extended) << "the extend was meant to go out after the window: " << format_result(extended);
   std::this_thread::sleep_for(300ms);
   EXPECT_EQ(with_key(masters, held.lock->key), masters.size()) << "extended, then deleted under it";
   Client rival(direct);
   EXPECT_FALSE(rival.acquire("noscript-late")) << "two holders: the extend said " << format_result(extended);
+}
+
+// The window also covers connect_timeout: a release submitted while a connection was being
+// made waited in it for the handshake, was written then, and landed after a window counted
+// from the submission, under an adopted extend (a review: two holders 6 of 6).
+TEST(ClientLossTest, TheReleasedHereWindowCoversTheConnectTimeout) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.restart_guard = false;
+  options.ttl = 300ms;
+  options.max_lock_ttl = 300ms;      // twice: 600 ms
+  options.connect_timeout = 3000ms;  // 3.6 s in all
+  Client client(options);
+  const Result held = client.acquire("connect-timeout-window");
+  ASSERT_TRUE(held) << format_result(held);
+  ASSERT_TRUE(client.release(*held.lock));
+  std::this_thread::sleep_for(700ms);
+  const Result extended = client.extend(client.adopt("connect-timeout-window", held.lock->token));
+  EXPECT_EQ(extended.outcome, Outcome::invalid_argument) << format_result(extended);
+  EXPECT_TRUE(extended.masters.empty()) << "sent, not refused: " << format_result(extended);
 }
 
 TEST_P(ClientTest, ExtendOfALockWhoseDeadlinePassedIsRefusedWithoutSendingAnything) {

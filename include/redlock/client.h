@@ -110,8 +110,8 @@ class Client {
   // belongs to this Client (restart guard: not tracked, like any adopted lock). A lost Lock
   // (Outcome::lost) or one whose release was submitted here (Outcome::invalid_argument) is
   // never extended, nor an adopted copy of a lock released here, whatever that release's
-  // outcome, for twice max_lock_ttl (or the longest ttl this Client has acquired or extended
-  // with, if longer, as it is at the extend) from its submission: the release, and the SETs and
+  // outcome, for connect_timeout plus twice max_lock_ttl (or the longest ttl this Client has
+  // acquired or extended with, if longer, as it is at the extend) from its submission: the release, and the SETs and
   // extends before it, may still run on a master later than an extend sent on a new
   // connection. (This assumes, as Redlock does, that a command lands within that ttl of being
   // sent or never; docs/leases.md.)

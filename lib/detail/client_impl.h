@@ -142,6 +142,7 @@ class ClientImpl {
   [[nodiscard]] std::uint64_t released_here_end(std::uint64_t submitted) const noexcept;
   // max_lock_ttl, or the longest ttl acquired or extended here if longer (only grows).
   [[nodiscard]] Milliseconds longest_ttl_in_use() const noexcept;
+  [[nodiscard]] std::uint64_t validity_clock_ns() const;
   void grant(const std::shared_ptr<Operation>& op, std::chrono::steady_clock::time_point started, Result result,
              std::shared_ptr<LockState> state, std::uint64_t fence);
   void fail_attempt(const std::shared_ptr<Operation>& op, Result result);
@@ -241,18 +242,21 @@ class ClientImpl {
   // dropped meanwhile). With L the longest ttl in use (max_lock_ttl, or the longest acquired
   // or extended here, as it is when asked: L only grows): every command sent before the
   // release lands within L of it or never (the bounded delay Redlock assumes), and its key
-  // lives at most L more, so the end is twice L after the submission. (A release's own NOSCRIPT
-  // resend is sent only within L of it: RoundArgs::resend_before.) Ends come in submission
+  // lives at most L more; the release itself is written within connect_timeout (a connection
+  // being made holds it until its handshake is done), so the end is connect_timeout + 2L after
+  // the submission. (Its NOSCRIPT resend is sent only within L of its start:
+  // RoundArgs::resend_before.) Ends come in submission
   // order, so expired entries leave from the front. 16 bytes per release, no allocation once
   // grown; searched only by an extend of an adopted copy. At most kMaxReleasedHere entries:
   // past that the oldest is dropped and every adopted copy is refused until it would have ended.
   struct ReleasedHere {
     std::uint64_t owner = 0;      // owner_of(key, token)
-    std::uint64_t submitted = 0;  // now_ns() at the release's beginning
+    std::uint64_t submitted = 0;  // validity_clock_ns() at the release's beginning
   };
   static constexpr std::size_t kMaxReleasedHere = std::size_t{1} << 20;  // 16 MiB
   RingQueue<ReleasedHere> released_here_;
   std::uint64_t released_here_dropped_ = 0;  // the submission of the newest entry dropped
+  bool released_here_overflowed_ = false;
   Milliseconds longest_ttl_{0};
   // Keys this Client was granted by an acquire, until when (loop time: the acquire's validity;
   // renewals do not move it, so that an extend decided after a release began cannot put it
