@@ -366,36 +366,48 @@ struct HeldUpMasters {
   std::vector<std::unique_ptr<TcpProxy>> proxies;  // last: stopped before `hold` goes
 };
 
+// A proxy hook's hold: once armed with a token, every request chunk naming it waits
+// `hold_for` before it is passed on, until disarmed.
+class TokenHold {
+ public:
+  explicit TokenHold(std::chrono::milliseconds hold_for) : hold_for_(hold_for) {}
+  void arm(const std::string& token) {
+    const std::lock_guard<std::mutex> guard(mutex_);
+    token_ = token;
+    armed_ = true;
+  }
+  void disarm() { armed_ = false; }
+  void operator()(std::string_view chunk) {
+    std::string token;
+    {
+      const std::lock_guard<std::mutex> guard(mutex_);
+      token = token_;
+    }
+    if (armed_ && !token.empty() && chunk.find(token) != std::string_view::npos) std::this_thread::sleep_for(hold_for_);
+  }
+
+ private:
+  const std::chrono::milliseconds hold_for_;
+  std::atomic<bool> armed_{false};
+  std::mutex mutex_;
+  std::string token_;
+};
+
 // The same when the release's connections are dropped (stall_timeout) while its commands are
 // held up on the way (a review: a proxy holding them 1.5 s): the extend went out on the new
 // connections, said "extended", and the release then landed and deleted the key, 5 of 5.
 // A release this Client could not confirm may still run anywhere, any time.
 TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAReleaseCutOffWithItsConnectionsIsRefused) {
-  std::atomic<bool> hold{false};
-  std::mutex mutex;
-  std::string token;
-  HeldUpMasters held_up([&](std::size_t, std::string_view chunk) {
-    std::string held_token;
-    {
-      const std::lock_guard<std::mutex> guard(mutex);
-      held_token = token;
-    }
-    if (hold && !held_token.empty() && chunk.find(held_token) != std::string_view::npos) {
-      std::this_thread::sleep_for(1500ms);
-    }
-  });
+  TokenHold hold(1500ms);
+  HeldUpMasters held_up([&](std::size_t, std::string_view chunk) { hold(chunk); });
   const RedisServerGroup& masters = held_up.masters;
   Client client(held_up.options(10000ms));
   const Result held = client.acquire("cut-off-release");
   ASSERT_TRUE(held) << format_result(held);
-  {
-    const std::lock_guard<std::mutex> guard(mutex);
-    token = held.lock->token;
-  }
-  hold = true;
+  hold.arm(held.lock->token);
   const Result released = client.release(*held.lock);
   EXPECT_EQ(released.outcome, Outcome::quorum_unreachable) << format_result(released);
-  hold = false;
+  hold.disarm();
   std::this_thread::sleep_for(400ms);  // the stall check drops the connections
   ASSERT_TRUE(client.wait_connected(3, 5s));
   const Result extended = client.extend(client.adopt(held.lock->resource, held.lock->token));
@@ -520,19 +532,8 @@ TEST(ClientLossTest, ALongerTtlUsedAfterAReleaseWidensItsWindow) {
 // window while another Client kept the key alive; "extended", then the resent release deleted
 // the key, and a rival was granted, 3 of 3). Here the release itself is held on the way.
 TEST(ClientLossTest, AReleaseAnsweredNoscriptAfterItsWindowIsNotSentAgain) {
-  std::atomic<bool> hold{false};
-  std::mutex mutex;
-  std::string token;
-  HeldUpMasters held_up([&](std::size_t, std::string_view chunk) {
-    std::string held_token;
-    {
-      const std::lock_guard<std::mutex> guard(mutex);
-      held_token = token;
-    }
-    if (hold && !held_token.empty() && chunk.find(held_token) != std::string_view::npos) {
-      std::this_thread::sleep_for(3100ms);
-    }
-  });
+  TokenHold hold(3100ms);
+  HeldUpMasters held_up([&](std::size_t, std::string_view chunk) { hold(chunk); });
   const RedisServerGroup& masters = held_up.masters;
   auto options = held_up.options(1000ms);
   options.max_lock_ttl = 1000ms;  // a window of 3 s with connect_timeout
@@ -547,14 +548,10 @@ TEST(ClientLossTest, AReleaseAnsweredNoscriptAfterItsWindowIsNotSentAgain) {
   const Result held = client.acquire("noscript-late");
   ASSERT_TRUE(held) << format_result(held);
   ASSERT_NO_FATAL_FAILURE(forget_the_release_script(masters, client));
-  {
-    const std::lock_guard<std::mutex> guard(mutex);
-    token = held.lock->token;
-  }
-  hold = true;
+  hold.arm(held.lock->token);
   const auto released = std::chrono::steady_clock::now();
   EXPECT_FALSE(client.release(*held.lock));  // held 3.1 s, then answered NOSCRIPT everywhere
-  hold = false;
+  hold.disarm();
   // Meanwhile the other holder keeps the key alive.
   for (const auto at : {500ms, 1400ms, 2300ms}) {
     std::this_thread::sleep_until(released + at);
