@@ -245,15 +245,26 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
         "masters); a lost lock is never extended";
   } else if (refused.message.empty() && kind == RoundKind::extend && given_up(op->extend().lock)) {
     refused.message = "this Lock was released; a released lock is never extended (acquire it again)";
-  } else if (refused.message.empty() && kind == RoundKind::extend && op->extend().lock.adopted() &&
-             released_here(op->key, op->token())) {
+  } else if (refused.message.empty() && kind == RoundKind::extend && op->extend().lock.adopted()) {
     // An adopted copy's state is new: no release marked it. Sent now, the extend could run
     // before that release on a master (a release whose script the master forgot is sent again
     // as EVAL, behind it: a review, "extended" 9 of 9 after the key was deleted), and after it,
     // whatever its outcome: its commands may still run late (ClientLossTest, reviews).
-    refused.message =
-        "this lock was released on this Client (its release may still run on a master, late); a released lock is "
-        "never extended";
+    switch (released_here(op->key, op->token())) {
+      case ReleasedHereAnswer::no:
+        break;
+      case ReleasedHereAnswer::yes:
+        refused.message =
+            "this lock was released on this Client (its release may still run on a master, late); a released lock "
+            "is never extended";
+        break;
+      case ReleasedHereAnswer::not_known:
+        refused.message = "more than " + std::to_string(kMaxReleasedHere) +
+                          " releases were begun on this Client within connect_timeout + twice the longest ttl in "
+                          "use, and the oldest were forgotten: no adopted copy is extended here until their window "
+                          "ends (extend it on the Client that granted it, or acquire again)";
+        break;
+    }
   }
   if (!refused.message.empty()) {
     call_back(op->done, std::move(refused));
@@ -448,19 +459,21 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
 }
 
 // Loop thread. A scan: only for an extend of an adopted copy.
-bool ClientImpl::released_here(const std::string& key, const std::string& token) const {
-  if (released_here_.empty() && !released_here_overflowed_) return false;  // (no clock reading)
+ClientImpl::ReleasedHereAnswer ClientImpl::released_here(const std::string& key, const std::string& token) const {
+  if (released_here_.empty() && !released_here_dropped_) return ReleasedHereAnswer::no;  // (no clock reading)
   const std::uint64_t owner = owner_of(key, token);
   // The longest ttl as it is now: one used since the release may have been that of a command
   // sent before it (a review: a window fixed at the release let such an extend through).
   const std::uint64_t now = validity_clock_ns();
   const auto released_too_lately = [&](std::uint64_t submitted) { return released_here_end(submitted) > now; };
-  // The ring overflowed: every adopted copy is refused.
-  if (released_here_overflowed_ && released_too_lately(released_here_dropped_)) return true;
   for (std::size_t i = 0; i < released_here_.size(); ++i) {
-    if (released_here_[i].owner == owner && released_too_lately(released_here_[i].submitted)) return true;
+    if (released_here_[i].owner == owner && released_too_lately(released_here_[i].submitted)) {
+      return ReleasedHereAnswer::yes;
+    }
   }
-  return false;
+  // The ring overflowed: a release whose entry was dropped may have been this lock's.
+  if (released_here_dropped_ && released_too_lately(*released_here_dropped_)) return ReleasedHereAnswer::not_known;
+  return ReleasedHereAnswer::no;
 }
 
 std::uint64_t ClientImpl::released_here_end(std::uint64_t submitted) const noexcept {
@@ -948,7 +961,6 @@ void ClientImpl::remember_release(const Operation& op) {
     // Bounded memory, failing closed: until the dropped entry would have expired, no adopted
     // copy is extended here at all.
     released_here_dropped_ = released_here_.front().submitted;
-    released_here_overflowed_ = true;
     released_here_.pop_front();
   }
   released_here_.push_back({owner_of(op.key, std::get<ReleasePart>(op.part).token), now});

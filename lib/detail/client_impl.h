@@ -136,8 +136,10 @@ class ClientImpl {
   // A failed extend whose rows prove no quorum can hold the token any more (its key gone or
   // another owner's on more than N - quorum masters): the Lock is marked lost, for every copy.
   void mark_lost_if_proven(const Lock& lock, const Result& result);
-  // A release of key/token was begun here within twice the longest ttl in use (released_here_).
-  [[nodiscard]] bool released_here(const std::string& key, const std::string& token) const;
+  // Whether a release of key/token begun here may still run late (released_here_):
+  // not_known once the ring overflowed, until the window of the newest entry dropped ends.
+  enum class ReleasedHereAnswer { no, yes, not_known };
+  [[nodiscard]] ReleasedHereAnswer released_here(const std::string& key, const std::string& token) const;
   void remember_release(const Operation& op);
   [[nodiscard]] std::uint64_t released_here_end(std::uint64_t submitted) const noexcept;
   // max_lock_ttl, or the longest ttl acquired or extended here if longer (only grows).
@@ -255,8 +257,7 @@ class ClientImpl {
   };
   static constexpr std::size_t kMaxReleasedHere = std::size_t{1} << 20;  // 16 MiB
   RingQueue<ReleasedHere> released_here_;
-  std::uint64_t released_here_dropped_ = 0;  // the submission of the newest entry dropped
-  bool released_here_overflowed_ = false;
+  std::optional<std::uint64_t> released_here_dropped_;  // the submission of the newest entry dropped
   Milliseconds longest_ttl_{0};
   // Keys this Client was granted by an acquire, until when (loop time: the acquire's validity;
   // renewals do not move it, so that an extend decided after a release began cannot put it
