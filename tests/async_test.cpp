@@ -63,7 +63,7 @@ TEST(AsyncTest, WaitConnectedInsideACallbackIsAUsageErrorNotAStall) {
   const auto start = std::chrono::steady_clock::now();
   client.acquire_async("inner", [&](Result) {
     try {
-      const bool connected = client.wait_connected(3, 2s);
+      const bool connected = client.wait_connected(3, 60s);
       error.set_value(std::string("no exception; returned ") + (connected ? "true" : "false"));
     } catch (const UsageError& e) {
       error.set_value(e.what());
@@ -71,7 +71,8 @@ TEST(AsyncTest, WaitConnectedInsideACallbackIsAUsageErrorNotAStall) {
   });
   const std::string said = error.get_future().get();
   EXPECT_NE(said.find("loop thread"), std::string::npos) << said;
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s) << "the loop was held for the timeout: " << said;
+  // A wait there would hold the loop for the whole 60 s before it answered.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s) << "the loop was held for the timeout: " << said;
 }
 
 // A thread blocked in wait_connected while another destroys the Client gets false; it read the
@@ -88,12 +89,10 @@ TEST(AsyncTest, WaitConnectedWhileTheClientIsDestroyedAnswersFalse) {
     Client* const shared = client.get();
     std::thread waiter([&answered, shared] { answered.set_value(shared->wait_connected(4, 10s)); });
     std::this_thread::sleep_for(20ms);
-    const auto start = std::chrono::steady_clock::now();
     client.reset();
     auto answer = answered.get_future();
     ASSERT_EQ(answer.wait_for(5s), std::future_status::ready) << "round " << round << ": wait_connected still blocked";
     EXPECT_FALSE(answer.get());
-    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
     waiter.join();
   }
 }
@@ -317,6 +316,7 @@ TEST(AsyncTest, DestroyingTheClientWithManyAcquiresInFlightLeavesNoKeyOfACancell
   RedisServerGroup masters(3);
   std::mutex mutex;
   std::set<std::string> granted;
+  std::size_t cancelled = 0;
   {
     auto options = options_for(masters);
     options.ttl = 60s;
@@ -332,10 +332,13 @@ TEST(AsyncTest, DestroyingTheClientWithManyAcquiresInFlightLeavesNoKeyOfACancell
           [&](Result result) {
             const std::lock_guard<std::mutex> hold(mutex);
             if (result.lock) granted.insert(result.lock->token);
+            if (result.outcome == Outcome::cancelled) ++cancelled;
           },
           plain);
     }
   }
+  // Else nothing was in flight at ~Client, and the close was not put to the test.
+  EXPECT_GT(cancelled, 0u) << granted.size() << " of 300 granted";
   const auto unexplained = [&] {
     const std::lock_guard<std::mutex> hold(mutex);
     std::size_t count = 0;

@@ -59,8 +59,6 @@ TEST_F(FaultTest, AMajorityKilledFailsAsUnreachableAndLeavesNoKey) {
   EXPECT_FALSE(result.lock.has_value());
   // Whatever the two live masters granted is released in the background.
   EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:job") == 0; }));
-  for (const std::size_t i : {0u, 2u, 4u}) masters_[i].restart();
-  EXPECT_EQ(with_key(masters_, "redlock:job"), 0u);
 }
 
 TEST_F(FaultTest, AMajorityFrozenTimesOutAndLateGrantsAreReleased) {

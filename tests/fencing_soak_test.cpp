@@ -97,11 +97,13 @@ TEST(FencingSoak, TokensIncreaseInGrantOrderUnderRestartsAndFreezes) {
   auto* shared = new (memory) Shared;
 
   std::vector<pid_t> children;
+  ForkedChildren unreaped;  // killed if an ASSERT below leaves before they were told to stop
   for (int p = 0; p < kProcesses; ++p) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) run_client(p, uris, *shared, dir + "/grants-" + std::to_string(p));
     children.push_back(pid);
+    unreaped.add(pid);
   }
 
   // Faults: a master restarted without persistence every 2.5 s (each a different one, the
@@ -135,6 +137,7 @@ TEST(FencingSoak, TokensIncreaseInGrantOrderUnderRestartsAndFreezes) {
   for (const pid_t pid : children) {
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    unreaped.reaped(pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "client process " << pid << " failed";
   }
 

@@ -609,8 +609,10 @@ TEST(FencedStore, RefusesAHolderPausedPastItsValidity) {
   ASSERT_EQ(::pipe(token_pipe), 0);
   ASSERT_EQ(::pipe(go_pipe), 0);
 
+  ForkedChildren children;
   const pid_t holder = ::fork();
   ASSERT_GE(holder, 0);
+  if (holder != 0) children.add(holder);  // SIGSTOPped below: killed if an ASSERT leaves early
   if (holder == 0) {
     // The paused holder. No gtest here; report through the pipe and the exit code.
     int code = 10;
@@ -650,6 +652,7 @@ TEST(FencedStore, RefusesAHolderPausedPastItsValidity) {
   ASSERT_EQ(::write(go_pipe[1], &go, 1), 1);
   int status = 0;
   ASSERT_EQ(::waitpid(holder, &status, 0), holder);
+  children.reaped(holder);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the stale write was accepted; 10: the holder never got the lock; 20: it threw";
   EXPECT_EQ(store.value(), "written by the new holder");

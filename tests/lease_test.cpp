@@ -246,6 +246,10 @@ TEST(LeaseTest, ALeaseWithAMinorityFrozenKeepsRenewing) {
   masters[1].freeze();
   std::this_thread::sleep_for(3s);
   EXPECT_TRUE(lease) << "lost: " << (lease.loss() ? to_string(*lease.loss()) : "?");
+  // Five ttls on: the key is on the three awake masters only if they were renewing it.
+  for (std::size_t i = 2; i < masters.size(); ++i) {
+    EXPECT_EQ(get(masters[i], held.lock->key), held.lock->token) << "the lease says held, master " << i << " does not";
+  }
   masters[0].thaw();
   masters[1].thaw();
 }

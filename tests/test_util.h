@@ -2,10 +2,16 @@
 // Shared helpers for tests that run against real redis-server processes.
 #pragma once
 
+#include <sys/types.h>
+#include <sys/wait.h>
+
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "redlock/redlock.h"
 #include "support/redis_server.h"
@@ -59,6 +65,26 @@ inline std::size_t holding(const RedisServerGroup& group, const std::string& key
   }
   return count;
 }
+
+// Processes a test forked: SIGKILLed and reaped when it leaves early (a failed ASSERT), so
+// none is left stopped or looping. A child it reaped itself is taken off with reaped().
+class ForkedChildren {
+ public:
+  ForkedChildren() = default;
+  ForkedChildren(const ForkedChildren&) = delete;
+  ForkedChildren& operator=(const ForkedChildren&) = delete;
+  ~ForkedChildren() {
+    for (const pid_t pid : pids_) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  void add(pid_t pid) { pids_.push_back(pid); }
+  void reaped(pid_t pid) { std::erase(pids_, pid); }
+
+ private:
+  std::vector<pid_t> pids_;
+};
 
 // The master's own count of calls of `command` (lower case, as INFO commandstats names it:
 // "evalsha" counts every extend, release and waiting retry of the library, "set" first attempts).
