@@ -288,15 +288,16 @@ TEST(LeaseTest, LossIsSignalledWhenTheKeyIsDeletedOnAQuorum) {
 
 // A Lock released through another copy (a second Lease on it, Client::release of the kept
 // Lock) is no longer held: the Lease is lost (taken) as soon as the release is submitted, not
-// at its next renewal (a review: "held" for one renew interval, 1 s here, while another Client
-// was granted), nor at its deadline; and a Lease of a Lock already released is lost at once.
+// at its next renewal (a review: "held" for one renew interval while another Client was
+// granted), nor at its deadline; and a Lease of a Lock already released is lost at once. (A 30 s
+// ttl: the next renewal, 10 s on, is far from the 5 s these wait for the signal.)
 // (A released Lock's extend is refused before anything is sent; the Lease retried that refusal
 // like a timeout until its deadline: review of 034eff1.)
 TEST(LeaseTest, ALeaseOfALockReleasedThroughAnotherCopyIsLostAtOnce) {
   RedisServerGroup masters(3);
   Client client(lease_options(masters));
   ASSERT_TRUE(client.wait_connected(3, 5s));
-  const Result held = acquire_with_ttl(client, "released-elsewhere", 3000ms);
+  const Result held = acquire_with_ttl(client, "released-elsewhere", 30000ms);
   ASSERT_TRUE(held) << format_result(held);
   LossRecord loss;
   LeaseOptions options;
@@ -306,14 +307,14 @@ TEST(LeaseTest, ALeaseOfALockReleasedThroughAnotherCopyIsLostAtOnce) {
   ASSERT_TRUE(first.release());
   EXPECT_TRUE(second.lost()) << "asked by its holder right after the release";
   EXPECT_FALSE(second);
-  ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 300ms)) << "not told before its next renewal (1 s)";
+  ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 5s)) << "not told before its next renewal (10 s)";
   EXPECT_EQ(second.loss(), LossReason::taken);
   EXPECT_TRUE(second.stop_token().stop_requested());
   EXPECT_GT(loss.lead("released through another copy"), microseconds(2000ms));
   EXPECT_FALSE(first.lost()) << "the Lease that released it is released, not lost";
 
   // Client::release of a copy of the kept Lock, the same.
-  const Result again = acquire_with_ttl(client, "released-by-the-client", 3000ms);
+  const Result again = acquire_with_ttl(client, "released-by-the-client", 30000ms);
   ASSERT_TRUE(again) << format_result(again);
   LossRecord by_client;
   LeaseOptions by_client_options;
@@ -321,7 +322,7 @@ TEST(LeaseTest, ALeaseOfALockReleasedThroughAnotherCopyIsLostAtOnce) {
   Lease kept = client.keep(*again.lock, by_client_options);
   ASSERT_TRUE(client.release(*again.lock));
   EXPECT_TRUE(kept.lost());
-  ASSERT_TRUE(eventually([&] { return by_client.signalled(); }, 300ms)) << "not told before its next renewal (1 s)";
+  ASSERT_TRUE(eventually([&] { return by_client.signalled(); }, 5s)) << "not told before its next renewal (10 s)";
   EXPECT_EQ(kept.loss(), LossReason::taken);
 
   LossRecord at_once;
@@ -341,7 +342,7 @@ TEST(LeaseTest, ALockReleasedThroughAnAdoptedCopyIsGivenUpByTheOriginal) {
   RedisServerGroup masters(3);
   Client client(lease_options(masters));
   ASSERT_TRUE(client.wait_connected(3, 5s));
-  const Result held = acquire_with_ttl(client, "released-adopted", 3000ms);
+  const Result held = acquire_with_ttl(client, "released-adopted", 30000ms);
   ASSERT_TRUE(held) << format_result(held);
   LossRecord loss;
   LeaseOptions options;
@@ -351,12 +352,12 @@ TEST(LeaseTest, ALockReleasedThroughAnAdoptedCopyIsGivenUpByTheOriginal) {
   ASSERT_TRUE(client.release(adopted));
   EXPECT_TRUE(kept.lost()) << "asked by its holder right after the release returned";
   EXPECT_EQ(client.remaining(*held.lock), microseconds(0));
-  ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 300ms)) << "not told before its next renewal (1 s)";
+  ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 5s)) << "not told before its next renewal (10 s)";
   EXPECT_EQ(kept.loss(), LossReason::taken);
 
   // Another lock under the same key but another token (released and acquired again) is not
   // given up by the release of an adopted copy of the first.
-  const Result next = acquire_with_ttl(client, "released-adopted", 3000ms);
+  const Result next = acquire_with_ttl(client, "released-adopted", 30000ms);
   ASSERT_TRUE(next) << format_result(next);
   const Result stale = client.release(adopted);  // "released": its token holds the key nowhere
   EXPECT_GE(stale.count(MasterStatus::held_by_other), 2u) << format_result(stale);
@@ -365,7 +366,7 @@ TEST(LeaseTest, ALockReleasedThroughAnAdoptedCopyIsGivenUpByTheOriginal) {
 
   // A Lock made this Client's by extending an adopted copy (what keeping an adopted token
   // takes) is given up the same way.
-  const Result third = acquire_with_ttl(client, "released-adopted-extended", 3000ms);
+  const Result third = acquire_with_ttl(client, "released-adopted-extended", 30000ms);
   ASSERT_TRUE(third) << format_result(third);
   const Result extended = client.extend(client.adopt(third.lock->resource, third.lock->token));
   ASSERT_TRUE(extended) << format_result(extended);
@@ -375,7 +376,7 @@ TEST(LeaseTest, ALockReleasedThroughAnAdoptedCopyIsGivenUpByTheOriginal) {
   Lease kept_extended = client.keep(*extended.lock, extended_options);
   ASSERT_TRUE(client.release(client.adopt(third.lock->resource, third.lock->token)));
   EXPECT_TRUE(kept_extended.lost()) << "asked by its holder right after the release returned";
-  ASSERT_TRUE(eventually([&] { return extended_loss.signalled(); }, 300ms)) << "not told before its next renewal";
+  ASSERT_TRUE(eventually([&] { return extended_loss.signalled(); }, 5s)) << "not told before its next renewal (10 s)";
   EXPECT_EQ(kept_extended.loss(), LossReason::taken);
 }
 
@@ -388,7 +389,8 @@ TEST(LeaseTest, TheGrantedCopyAndAnAdoptedExtendedCopyGiveEachOtherUp) {
   ASSERT_TRUE(client.wait_connected(3, 5s));
   for (const bool release_granted : {true, false}) {
     SCOPED_TRACE(release_granted ? "the granted copy released" : "the extended copy released");
-    const Result granted = acquire_with_ttl(client, release_granted ? "granted-released" : "extended-released", 3000ms);
+    const Result granted =
+        acquire_with_ttl(client, release_granted ? "granted-released" : "extended-released", 30000ms);
     ASSERT_TRUE(granted) << format_result(granted);
     const Result extended = client.extend(client.adopt(granted.lock->resource, granted.lock->token));
     ASSERT_TRUE(extended) << format_result(extended);
@@ -401,7 +403,7 @@ TEST(LeaseTest, TheGrantedCopyAndAnAdoptedExtendedCopyGiveEachOtherUp) {
     ASSERT_TRUE(client.release(released));
     EXPECT_TRUE(kept.lost()) << "asked by its holder right after the release returned";
     EXPECT_EQ(client.remaining(other), microseconds(0));
-    ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 300ms)) << "not told before its next renewal (1 s)";
+    ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 5s)) << "not told before its next renewal (10 s)";
     EXPECT_EQ(kept.loss(), LossReason::taken);
   }
 }
