@@ -305,18 +305,30 @@ TEST(FencingRestarts, CatchUpKeepsTokensIncreasingAcrossRestartsWhenInfoIsDenied
   EXPECT_GT(after, before);
 }
 
-// A loopback port nothing listens on (bound, then closed): connecting there is refused.
-std::uint16_t dead_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
+// A loopback port bound and kept, never listened on: connecting there is refused, and no
+// other test's server can take it meanwhile (closed at once, it could be).
+class DeadPort {
+ public:
+  DeadPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      throw std::runtime_error("DeadPort: no loopback port bound");
+    }
+    port_ = ntohs(address.sin_port);
+  }
+  DeadPort(const DeadPort&) = delete;
+  DeadPort& operator=(const DeadPort&) = delete;
+  ~DeadPort() { ::close(fd_); }
+  [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
+
+ private:
+  int fd_;
+  std::uint16_t port_ = 0;
+};
 
 // N = 5 (a catch-up reads 3 of the other 4). Masters 3 and 4 are cut off (their proxies refuse
 // connections) while tokens advance on 0-2, so they never see those tokens; then 0 and 1
@@ -351,9 +363,9 @@ TEST(FencingRestarts, ACatchUpDoesNotReadAMasterKnownToBeBehind) {
       },
       10s));
   std::this_thread::sleep_for(200ms);
-  const std::uint16_t nowhere = dead_port();
-  proxy3.retarget(nowhere);
-  proxy4.retarget(nowhere);
+  const DeadPort nowhere;
+  proxy3.retarget(nowhere.port());
+  proxy4.retarget(nowhere.port());
   std::uint64_t before = 0;
   for (int i = 0; i < 5; ++i) {
     const Result held = client.acquire("seq", fenced());
