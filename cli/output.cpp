@@ -150,6 +150,8 @@ void add_run_keys(Json& object) {
   object["release"] = nullptr;
   object["error"] = nullptr;
   object["interrupted_by"] = nullptr;
+  object["scheduling"] = nullptr;  // "realtime", or "normal (why)"; null before run got that far
+  object["ran_past_deadline"] = false;
 }
 
 void Output::note(std::string_view text) const {

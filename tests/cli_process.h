@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -226,6 +227,18 @@ class Process {
   SteadyClock::time_point started_;
 };
 
+// The last line of `text` that is a JSON object (run --json writes it last on stderr).
+inline nlohmann::json last_json_line(const std::string& text) {
+  std::istringstream lines(text);
+  nlohmann::json found;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.front() == '{') {
+      auto parsed = nlohmann::json::parse(line, nullptr, false);
+      if (!parsed.is_discarded()) found = std::move(parsed);
+    }
+  }
+  return found;
+}
 
 inline std::string describe(const Finished& f) {
   return "exit " + std::to_string(f.exit_code) + (f.timed_out ? " (timed out)" : "") + "\nstdout: " + f.out +

@@ -155,19 +155,6 @@ pid_t wait_for_pid_file(const fs::path& path, std::chrono::milliseconds timeout 
   return -1;
 }
 
-// The last line of `text` that is a JSON object (run --json writes it last on stderr).
-nlohmann::json last_json_line(const std::string& text) {
-  std::istringstream lines(text);
-  nlohmann::json found;
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty() && line.front() == '{') {
-      auto parsed = nlohmann::json::parse(line, nullptr, false);
-      if (!parsed.is_discarded()) found = std::move(parsed);
-    }
-  }
-  return found;
-}
-
 bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 2s) {
   const auto give_up = SteadyClock::now() + timeout;
   for (;;) {
@@ -1129,8 +1116,9 @@ TEST_F(CliTest, HelpDocumentsTheExitCodes) {
 const std::vector<std::string> kJsonKeys = {"command", "resource", "key",      "outcome", "ok",
                                             "token",   "fence",    "ttl_ms",   "validity_ms",
                                             "attempts", "message", "masters",  "notes",   "exit_code"};
-const std::vector<std::string> kRunJsonKeys = {"extends", "lock_lost", "lost_reason", "child", "forwarded_signals",
-                                               "lease", "left_group_running", "release", "error", "interrupted_by"};
+const std::vector<std::string> kRunJsonKeys = {
+    "extends", "lock_lost", "lost_reason",    "child",      "forwarded_signals", "lease", "left_group_running",
+    "release", "error",     "interrupted_by", "scheduling", "ran_past_deadline"};
 
 // The keys of the only JSON object in `text` (one line), in order; fails the test unless
 // `text` is exactly one JSON object.
