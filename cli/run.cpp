@@ -101,15 +101,46 @@ constexpr milliseconds kGroupCheckInterval{100};
 // much better with the command at nice 19). Real-time priority (SCHED_FIFO, the lowest level)
 // runs redlock's threads before any normal process whenever they wake; they sleep otherwise.
 // Threads made after it (the Client's loop thread, which renews) and the watchdog inherit it;
-// the command is spawned at the normal policy, its nice value kept (spawn_command; not
-// SCHED_RESET_ON_FORK, which would reset the loop thread too, and the nice value). Needs
-// CAP_SYS_NICE or an RLIMIT_RTPRIO above 0 (root has it; systemd: LimitRTPRIO=1). Returns
-// "realtime", or why not.
-std::string take_realtime_priority() {
+// the command is spawned with the policy redlock was started with, its nice value kept
+// (spawn_command; not SCHED_RESET_ON_FORK, which would reset the loop thread too, and the
+// nice value). Needs CAP_SYS_NICE or an RLIMIT_RTPRIO above 0 (root has it; systemd:
+// LimitRTPRIO=1). A redlock started at real-time priority already keeps it, and so does the
+// command; one started at SCHED_BATCH or SCHED_IDLE is left so.
+struct Scheduling {
+  std::string text;     // "realtime", "realtime (as started)", or "normal (why not)"
+  bool raised = false;  // by us, from SCHED_OTHER: the command gets it back
+  int policy = SCHED_OTHER;
+  sched_param param{};
+};
+
+Scheduling take_realtime_priority() {
+  Scheduling scheduling;
+  scheduling.policy = ::sched_getscheduler(0);
+  if (scheduling.policy < 0 || ::sched_getparam(0, &scheduling.param) != 0) {
+    scheduling.text = std::string("normal (sched_getscheduler: ") + std::strerror(errno) + ")";
+    return scheduling;
+  }
+  if (scheduling.policy == SCHED_FIFO || scheduling.policy == SCHED_RR) {
+    scheduling.text = "realtime (as started)";
+    return scheduling;
+  }
+  if (scheduling.policy != SCHED_OTHER) {
+    // SCHED_BATCH or SCHED_IDLE, chosen by whoever started us: posix_spawn could not give it
+    // back to the command (glibc takes only OTHER, FIFO and RR), so both keep it.
+    scheduling.text = "normal (started at " +
+                      std::string(scheduling.policy == SCHED_BATCH ? "SCHED_BATCH" : "SCHED_IDLE") +
+                      ", left so for the command)";
+    return scheduling;
+  }
   sched_param param{};
   param.sched_priority = ::sched_get_priority_min(SCHED_FIFO);
-  if (::sched_setscheduler(0, SCHED_FIFO, &param) == 0) return "realtime";
-  return std::string("normal (sched_setscheduler SCHED_FIFO: ") + std::strerror(errno) + ")";
+  if (::sched_setscheduler(0, SCHED_FIFO, &param) != 0) {
+    scheduling.text = std::string("normal (sched_setscheduler SCHED_FIFO: ") + std::strerror(errno) + ")";
+    return scheduling;
+  }
+  scheduling.text = "realtime";
+  scheduling.raised = true;
+  return scheduling;
 }
 
 bool is_forwarded(int signal) {
@@ -286,7 +317,7 @@ class RunSession {
   std::optional<redlock::Lease> lease_;  // renews lock_ (none with --no-extend)
   milliseconds kill_after_{};
   milliseconds margin_{};
-  std::string scheduling_;  // "realtime", or why redlock runs at the normal priority
+  Scheduling scheduling_;  // take_realtime_priority()
   // Successful renewals, counted by the lease's on_renewed on the loop thread.
   std::shared_ptr<std::atomic<int>> extends_ = std::make_shared<std::atomic<int>>(0);
 
@@ -363,10 +394,10 @@ int RunSession::run() {
     return kExitLost;
   }
   keep_lock();
-  if (scheduling_ != "realtime" && !out_.json()) {
-    out_.note("runs at " + scheduling_ +
-              ": a command that keeps every CPU busy can delay its SIGKILL past the lock's deadline (README, "
-              "\"redlock run\")");
+  if (!scheduling_.text.starts_with("realtime") && !out_.json()) {
+    out_.note("runs at " + scheduling_.text +
+              ": a command that keeps every CPU busy can delay its SIGKILL past the lock's deadline (cli/README.md, "
+              "\"When the lock is lost\")");
   }
 
   if (const int error = spawn_command(); error != 0) {
@@ -510,13 +541,15 @@ int RunSession::spawn_command() {
     ::posix_spawnattr_setsigmask(&attr, &signals_.original_mask());
     ::posix_spawnattr_setsigdefault(&attr, &signals_.changed_to_default());
     ::posix_spawnattr_setpgroup(&attr, 0);
-    // The normal policy (redlock's own may be real-time: take_realtime_priority); the nice
-    // value redlock was started with stays.
-    sched_param normal{};
-    ::posix_spawnattr_setschedpolicy(&attr, SCHED_OTHER);
-    ::posix_spawnattr_setschedparam(&attr, &normal);
-    ::posix_spawnattr_setflags(&attr, static_cast<short>(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                                         POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSCHEDULER));
+    // SCHED_OTHER again where redlock raised its own (take_realtime_priority); the nice
+    // value stays.
+    short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP;
+    if (scheduling_.raised) {
+      ::posix_spawnattr_setschedpolicy(&attr, SCHED_OTHER);
+      ::posix_spawnattr_setschedparam(&attr, &scheduling_.param);
+      flags = static_cast<short>(flags | POSIX_SPAWN_SETSCHEDULER);
+    }
+    ::posix_spawnattr_setflags(&attr, flags);
     if (with_terminal) ::posix_spawn_file_actions_addtcsetpgrp_np(&actions, terminal_.fd());
     pid_t pid = -1;
     const int rc = ::posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
@@ -962,7 +995,7 @@ void RunSession::report(int code, const redlock::Result* release) const {
         {"group_gone_ns", time_json(group_gone_)},
     };
   }
-  object["scheduling"] = scheduling_;
+  object["scheduling"] = scheduling_.text;
   object["ran_past_deadline"] = ran_past_deadline();
   object["left_group_running"] = strays_;
   if (release != nullptr) {
