@@ -47,6 +47,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -101,45 +102,91 @@ constexpr milliseconds kGroupCheckInterval{100};
 // much better with the command at nice 19). Real-time priority (SCHED_FIFO, the lowest level)
 // runs redlock's threads before any normal process whenever they wake; they sleep otherwise.
 // Threads made after it (the Client's loop thread, which renews) and the watchdog inherit it;
-// the command is spawned with the policy redlock was started with, its nice value kept
-// (spawn_command; not SCHED_RESET_ON_FORK, which would reset the loop thread too, and the
-// nice value). Needs CAP_SYS_NICE or an RLIMIT_RTPRIO above 0 (root has it; systemd:
-// LimitRTPRIO=1). A redlock started at real-time priority already keeps it, and so does the
-// command; one started at SCHED_BATCH or SCHED_IDLE is left so.
+// the command is spawned at SCHED_OTHER, its nice value kept (spawn_command; not
+// SCHED_RESET_ON_FORK, which would reset the loop thread too, and the nice value). Needs
+// CAP_SYS_NICE or an RLIMIT_RTPRIO above 0 (root has it; systemd: LimitRTPRIO=1). A redlock
+// started at real-time priority keeps it, and so does the command unless it was started with
+// SCHED_RESET_ON_FORK (then SCHED_OTHER); one started at SCHED_BATCH or SCHED_IDLE is left so.
+// When a forked watchdog sent its SIGKILL (CLOCK_MONOTONIC ns, 0: not yet), on a page shared
+// with it: the report's sigkill_ns, which was the due time before (a review: a watchdog at the
+// normal priority killed 129 to 170 ms after the deadline, reported as 30 ms before it).
+class SharedKillTime {
+ public:
+  SharedKillTime() {
+    void* page = ::mmap(nullptr, sizeof(std::int64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (page != MAP_FAILED) ns_ = static_cast<std::int64_t*>(page);
+  }
+  SharedKillTime(const SharedKillTime&) = delete;
+  SharedKillTime& operator=(const SharedKillTime&) = delete;
+  ~SharedKillTime() {
+    if (ns_ != nullptr) ::munmap(ns_, sizeof(std::int64_t));
+  }
+  void clear() noexcept {
+    if (ns_ != nullptr) std::atomic_ref<std::int64_t>(*ns_).store(0);
+  }
+  // In the watchdog: async-signal-safe.
+  void set_now() noexcept {
+    if (ns_ == nullptr) return;
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    std::atomic_ref<std::int64_t>(*ns_).store(now.tv_sec * 1'000'000'000LL + now.tv_nsec);
+  }
+  [[nodiscard]] std::optional<std::chrono::steady_clock::time_point> get() const noexcept {
+    if (ns_ == nullptr) return std::nullopt;
+    const std::int64_t ns = std::atomic_ref<std::int64_t>(*ns_).load();
+    if (ns <= 0) return std::nullopt;
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
+  }
+
+ private:
+  std::int64_t* ns_ = nullptr;
+};
+
 struct Scheduling {
-  std::string text;     // "realtime", "realtime (as started)", or "normal (why not)"
-  bool raised = false;  // by us, from SCHED_OTHER: the command gets it back
-  int policy = SCHED_OTHER;
-  sched_param param{};
+  std::string text;             // "realtime", "realtime (as started)", or "normal (why)"
+  bool command_normal = false;  // spawn the command at SCHED_OTHER (redlock raised its own, or
+                                // was started with SCHED_RESET_ON_FORK, which asks for that)
 };
 
 Scheduling take_realtime_priority() {
   Scheduling scheduling;
-  scheduling.policy = ::sched_getscheduler(0);
-  if (scheduling.policy < 0 || ::sched_getparam(0, &scheduling.param) != 0) {
+  sched_param current_param{};
+  const int current = ::sched_getscheduler(0);
+  if (current < 0 || ::sched_getparam(0, &current_param) != 0) {
     scheduling.text = std::string("normal (sched_getscheduler: ") + std::strerror(errno) + ")";
     return scheduling;
   }
-  if (scheduling.policy == SCHED_FIFO || scheduling.policy == SCHED_RR) {
-    scheduling.text = "realtime (as started)";
-    return scheduling;
-  }
-  if (scheduling.policy != SCHED_OTHER) {
-    // SCHED_BATCH or SCHED_IDLE, chosen by whoever started us: posix_spawn could not give it
-    // back to the command (glibc takes only OTHER, FIFO and RR), so both keep it.
-    scheduling.text = "normal (started at " +
-                      std::string(scheduling.policy == SCHED_BATCH ? "SCHED_BATCH" : "SCHED_IDLE") +
+  // chrt -R, systemd's CPUSchedulingResetOnFork: the policy comes with the flag (a review:
+  // compared raw, FIFO 5 read as "started at SCHED_IDLE").
+  const bool reset_on_fork = (current & SCHED_RESET_ON_FORK) != 0;
+  const int policy = current & ~SCHED_RESET_ON_FORK;
+  if (policy == SCHED_BATCH || policy == SCHED_IDLE) {
+    // Chosen by whoever started us: posix_spawn could not give it back to the command (glibc
+    // takes only OTHER, FIFO and RR), so both keep it.
+    scheduling.text = "normal (started at " + std::string(policy == SCHED_BATCH ? "SCHED_BATCH" : "SCHED_IDLE") +
                       ", left so for the command)";
     return scheduling;
   }
-  sched_param param{};
-  param.sched_priority = ::sched_get_priority_min(SCHED_FIFO);
-  if (::sched_setscheduler(0, SCHED_FIFO, &param) != 0) {
-    scheduling.text = std::string("normal (sched_setscheduler SCHED_FIFO: ") + std::strerror(errno) + ")";
+  const bool realtime = policy == SCHED_FIFO || policy == SCHED_RR;
+  if (realtime && !reset_on_fork) {
+    scheduling.text = "realtime (as started)";
     return scheduling;
   }
-  scheduling.text = "realtime";
-  scheduling.raised = true;
+  // Set without SCHED_RESET_ON_FORK, so that the loop thread made next inherits it (with the
+  // flag it would start at the normal priority); the command still gets SCHED_OTHER.
+  sched_param param = current_param;
+  if (!realtime) param.sched_priority = ::sched_get_priority_min(SCHED_FIFO);
+  if (::sched_setscheduler(0, realtime ? policy : SCHED_FIFO, &param) != 0) {
+    const std::string why = std::strerror(errno);
+    // (Started real-time with the flag, and not allowed to clear it: this thread, which
+    // signals the group, keeps its priority; the command and the loop thread start normal.)
+    scheduling.text = realtime ? "realtime (as started; with SCHED_RESET_ON_FORK, which could not be cleared (" + why +
+                                     "), the loop thread that renews runs at the normal priority)"
+                               : "normal (sched_setscheduler SCHED_FIFO: " + why + ")";
+    return scheduling;
+  }
+  scheduling.text = realtime ? "realtime (as started)" : "realtime";
+  scheduling.command_normal = true;
   return scheduling;
 }
 
@@ -328,6 +375,7 @@ class RunSession {
   bool resume_after_stop_ = false;  // redlock was stopped with the command and has been continued
   pid_t watchdog_ = -1;              // the watchdog of the current stop, until reaped (stop_self)
   TimePoint watchdog_kill_at_{};     // when it was to SIGKILL the group (the Client's clock)
+  SharedKillTime watchdog_killed_at_;  // when it did (steady_clock)
   bool watchdog_killed_ = false;     // a watchdog killed the group: the lock was lost
   std::optional<TimePoint> group_gone_;
   bool job_control_ = false;     // redlock is a job of its own on its controlling terminal
@@ -541,12 +589,13 @@ int RunSession::spawn_command() {
     ::posix_spawnattr_setsigmask(&attr, &signals_.original_mask());
     ::posix_spawnattr_setsigdefault(&attr, &signals_.changed_to_default());
     ::posix_spawnattr_setpgroup(&attr, 0);
-    // SCHED_OTHER again where redlock raised its own (take_realtime_priority); the nice
-    // value stays.
+    // SCHED_OTHER where redlock raised its own or was asked to reset it (take_realtime_priority);
+    // the nice value stays.
     short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP;
-    if (scheduling_.raised) {
+    if (scheduling_.command_normal) {
+      const sched_param normal{};
       ::posix_spawnattr_setschedpolicy(&attr, SCHED_OTHER);
-      ::posix_spawnattr_setschedparam(&attr, &scheduling_.param);
+      ::posix_spawnattr_setschedparam(&attr, &normal);
       flags = static_cast<short>(flags | POSIX_SPAWN_SETSCHEDULER);
     }
     ::posix_spawnattr_setflags(&attr, flags);
@@ -796,7 +845,11 @@ void RunSession::note_watchdog_exit(int status) {
   watchdog_ = -1;
   if (WIFEXITED(status) && WEXITSTATUS(status) == kWatchdogKilled) {
     watchdog_killed_ = true;
-    if (!sigkill_at_) sigkill_at_ = watchdog_kill_at_;  // the report's sigkill_ns: when it was due
+    if (!sigkill_at_) {
+      // The report's sigkill_ns: when it was sent (the due time if that is unknown).
+      const auto sent = watchdog_killed_at_.get();
+      sigkill_at_ = sent ? client_->now() + (*sent - std::chrono::steady_clock::now()) : watchdog_kill_at_;
+    }
   }
 }
 
@@ -826,6 +879,7 @@ int RunSession::start_watchdog() {
   // Its pid cannot be reused meanwhile: it is redlock's unreaped child, and redlock reaps
   // nothing before the watchdog is gone (stop_self, finish_watchdog).
   const pid_t first = child_status_ ? -1 : child_;
+  watchdog_killed_at_.clear();
   const pid_t pid = ::fork();
   if (pid == 0) {
     // The child of a threaded process: async-signal-safe calls only. The group's id stays
@@ -851,6 +905,7 @@ int RunSession::start_watchdog() {
     }
     ::kill(-group, SIGKILL);
     if (first > 0) ::kill(first, SIGKILL);
+    watchdog_killed_at_.set_now();
     ::_exit(kWatchdogKilled);
   }
   ::close(fds[0]);
@@ -950,7 +1005,9 @@ int RunSession::child_exit_code() const {
 
 bool RunSession::ran_past_deadline() const {
   if (!lost_ || child_ <= 0) return false;
-  if (sigkill_at_) return *sigkill_at_ >= deadline();
+  if (sigkill_at_ && *sigkill_at_ >= deadline()) return true;
+  // Killed in time, a process may still outlive the SIGKILL (uninterruptible sleep): its end
+  // noticed only after the deadline counts too (a late notice errs on the safe side).
   return group_gone_ && *group_gone_ >= deadline();
 }
 
