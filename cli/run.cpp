@@ -143,10 +143,16 @@ class SharedKillTime {
 };
 
 struct Scheduling {
-  std::string text;             // "realtime", "realtime (as started)", or "normal (why)"
-  bool command_normal = false;  // spawn the command at SCHED_OTHER (redlock raised its own, or
-                                // was started with SCHED_RESET_ON_FORK, which asks for that)
+  std::string text;            // "realtime", "realtime (...)", or "normal (why)"
+  bool above_command = false;  // redlock's threads preempt the command whatever it does
+  bool command_set = false;    // spawn the command with command_policy/command_param
+  int command_policy = SCHED_OTHER;
+  sched_param command_param{};
 };
+
+std::string policy_text(int policy, int priority) {
+  return std::string(policy == SCHED_RR ? "RR " : "FIFO ") + std::to_string(priority);
+}
 
 Scheduling take_realtime_priority() {
   Scheduling scheduling;
@@ -168,25 +174,41 @@ Scheduling take_realtime_priority() {
     return scheduling;
   }
   const bool realtime = policy == SCHED_FIFO || policy == SCHED_RR;
+  // The command: at the normal policy, unless redlock was started real-time without
+  // SCHED_RESET_ON_FORK: then it keeps that policy and priority, and redlock's threads go one
+  // level above it (a review: both at FIFO 1, a command busy on every CPU starved redlock, and
+  // its SIGKILL came 3.5 s after the deadline).
+  scheduling.command_set = true;
   if (realtime && !reset_on_fork) {
-    scheduling.text = "realtime (as started)";
+    scheduling.command_policy = policy;
+    scheduling.command_param = current_param;
+  }
+  sched_param param{};
+  param.sched_priority = !realtime       ? ::sched_get_priority_min(SCHED_FIFO)
+                         : reset_on_fork ? current_param.sched_priority
+                                         : current_param.sched_priority + 1;
+  const std::string started = realtime ? policy_text(policy, current_param.sched_priority) : "";
+  if (realtime && !reset_on_fork && current_param.sched_priority >= ::sched_get_priority_max(SCHED_FIFO)) {
+    scheduling.command_set = false;  // it inherits ours
+    scheduling.text = "realtime (as started, " + started + ", which the command shares: nothing is above it)";
     return scheduling;
   }
-  // Set without SCHED_RESET_ON_FORK, so that the loop thread made next inherits it (with the
-  // flag it would start at the normal priority); the command still gets SCHED_OTHER.
-  sched_param param = current_param;
-  if (!realtime) param.sched_priority = ::sched_get_priority_min(SCHED_FIFO);
-  if (::sched_setscheduler(0, realtime ? policy : SCHED_FIFO, &param) != 0) {
+  // Set without SCHED_RESET_ON_FORK, so that the loop thread made next inherits it.
+  if (::sched_setscheduler(0, SCHED_FIFO, &param) != 0) {
     const std::string why = std::strerror(errno);
-    // (Started real-time with the flag, and not allowed to clear it: this thread, which
-    // signals the group, keeps its priority; the command and the loop thread start normal.)
-    scheduling.text = realtime ? "realtime (as started; with SCHED_RESET_ON_FORK, which could not be cleared (" + why +
-                                     "), the loop thread that renews runs at the normal priority)"
+    scheduling.command_set = false;  // as started: it inherits ours, or the flag resets it
+    scheduling.text = realtime ? "realtime (as started, " + started + "; could not go " +
+                                     (reset_on_fork ? "without SCHED_RESET_ON_FORK, so the loop thread that renews "
+                                                      "runs at the normal priority"
+                                                    : "above the command, which shares it") +
+                                     ": " + why + ")"
                                : "normal (sched_setscheduler SCHED_FIFO: " + why + ")";
     return scheduling;
   }
-  scheduling.text = realtime ? "realtime (as started)" : "realtime";
-  scheduling.command_normal = true;
+  scheduling.above_command = true;
+  scheduling.text = !realtime ? "realtime"
+                              : "realtime (" + policy_text(SCHED_FIFO, param.sched_priority) +
+                                    ", above the command's " + (reset_on_fork ? "normal policy" : started) + ")";
   return scheduling;
 }
 
@@ -349,6 +371,9 @@ class RunSession {
   const Settings& settings_;
   const Output& out_;
   SignalChannel signals_;
+  // Before every thread of ours: they inherit it (the stderr writer's lock is taken by the
+  // supervisor too: at a lower priority, starved while holding it, it would hold that up).
+  Scheduling scheduling_ = take_realtime_priority();
   // After signals_: its writer thread starts with them blocked. Destroyed after client_, whose
   // loop thread writes warnings through it.
   QueuedStderr stderr_queue_;
@@ -364,7 +389,6 @@ class RunSession {
   std::optional<redlock::Lease> lease_;  // renews lock_ (none with --no-extend)
   milliseconds kill_after_{};
   milliseconds margin_{};
-  Scheduling scheduling_;  // take_realtime_priority()
   // Successful renewals, counted by the lease's on_renewed on the loop thread.
   std::shared_ptr<std::atomic<int>> extends_ = std::make_shared<std::atomic<int>>(0);
 
@@ -422,8 +446,6 @@ void RunSession::check_kill_after() {
 void RunSession::poll_once(int timeout_ms) const { wait_for_either(signals_, *mailbox_, timeout_ms); }
 
 int RunSession::run() {
-  // Before the Client: its loop thread, which renews the lease, inherits the priority too.
-  scheduling_ = take_realtime_priority();
   client_.emplace(settings_.client);  // its loop thread inherits the blocked signals
   check_kill_after();
   // Orphans of the command (a grandchild whose parent died) become our children, so their
@@ -442,7 +464,7 @@ int RunSession::run() {
     return kExitLost;
   }
   keep_lock();
-  if (!scheduling_.text.starts_with("realtime") && !out_.json()) {
+  if (!scheduling_.above_command && !out_.json()) {
     out_.note("runs at " + scheduling_.text +
               ": a command that keeps every CPU busy can delay its SIGKILL past the lock's deadline (cli/README.md, "
               "\"When the lock is lost\")");
@@ -589,13 +611,12 @@ int RunSession::spawn_command() {
     ::posix_spawnattr_setsigmask(&attr, &signals_.original_mask());
     ::posix_spawnattr_setsigdefault(&attr, &signals_.changed_to_default());
     ::posix_spawnattr_setpgroup(&attr, 0);
-    // SCHED_OTHER where redlock raised its own or was asked to reset it (take_realtime_priority);
-    // the nice value stays.
+    // The command's policy (take_realtime_priority): where redlock changed its own, the one it
+    // was started with or SCHED_OTHER; the nice value stays.
     short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP;
-    if (scheduling_.command_normal) {
-      const sched_param normal{};
-      ::posix_spawnattr_setschedpolicy(&attr, SCHED_OTHER);
-      ::posix_spawnattr_setschedparam(&attr, &normal);
+    if (scheduling_.command_set) {
+      ::posix_spawnattr_setschedpolicy(&attr, scheduling_.command_policy);
+      ::posix_spawnattr_setschedparam(&attr, &scheduling_.command_param);
       flags = static_cast<short>(flags | POSIX_SPAWN_SETSCHEDULER);
     }
     ::posix_spawnattr_setflags(&attr, flags);
@@ -626,7 +647,15 @@ void RunSession::supervise() {
     check_group();
     if (watchdog_killed_ && !lost_) {
       // Before the lease's own loss reaches us: the watchdog's is the reason, and its kill.
-      lose("redlock was stopped past the lock's SIGKILL point while the command ran; its watchdog killed the group");
+      std::string why =
+          "redlock was stopped past the lock's SIGKILL point while the command ran; its watchdog killed "
+          "the group";
+      if (sigkill_at_ && *sigkill_at_ >= deadline()) {
+        why +=
+            ", " + ms_text(*sigkill_at_ - deadline()) +
+            " AFTER the lock's deadline (it was not scheduled in time): another holder may have run beside the command";
+      }
+      lose(why);
     }
     check_lease();
     keep_time();
@@ -846,9 +875,9 @@ void RunSession::note_watchdog_exit(int status) {
   if (WIFEXITED(status) && WEXITSTATUS(status) == kWatchdogKilled) {
     watchdog_killed_ = true;
     if (!sigkill_at_) {
-      // The report's sigkill_ns: when it was sent (the due time if that is unknown).
+      // The report's sigkill_ns: when it was sent (if that is unknown, now: it was by then).
       const auto sent = watchdog_killed_at_.get();
-      sigkill_at_ = sent ? client_->now() + (*sent - std::chrono::steady_clock::now()) : watchdog_kill_at_;
+      sigkill_at_ = sent ? client_->now() + (*sent - std::chrono::steady_clock::now()) : client_->now();
     }
   }
 }
@@ -1005,9 +1034,11 @@ int RunSession::child_exit_code() const {
 
 bool RunSession::ran_past_deadline() const {
   if (!lost_ || child_ <= 0) return false;
-  if (sigkill_at_ && *sigkill_at_ >= deadline()) return true;
-  // Killed in time, a process may still outlive the SIGKILL (uninterruptible sleep): its end
-  // noticed only after the deadline counts too (a late notice errs on the safe side).
+  // Killed: by then (a process in uninterruptible sleep outlives it: README, Limits). Not
+  // killed (it ended by itself, or at SIGTERM): when its end was noticed, which errs late (a
+  // review: with the group found gone after the deadline counted even when the SIGKILL had come
+  // in time, a stop that outlasted the lock always read as "ran past").
+  if (sigkill_at_) return *sigkill_at_ >= deadline();
   return group_gone_ && *group_gone_ >= deadline();
 }
 
