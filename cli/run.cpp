@@ -96,17 +96,6 @@ constexpr milliseconds kGroupCheckInterval{100};
 
 [[noreturn]] void throw_errno(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
 
-// The command may keep every CPU busy (make -j): at the normal priority redlock then wakes up
-// at its SIGKILL point only when the scheduler gets round to it (an outside review: 100 busy
-// loops on 2 cores, the group killed 31 to 82 ms after the lock's deadline, 3 of 3, and not
-// much better with the command at nice 19). Real-time priority (SCHED_FIFO, the lowest level)
-// runs redlock's threads before any normal process whenever they wake; they sleep otherwise.
-// Threads made after it (the Client's loop thread, which renews) and the watchdog inherit it;
-// the command is spawned at SCHED_OTHER, its nice value kept (spawn_command; not
-// SCHED_RESET_ON_FORK, which would reset the loop thread too, and the nice value). Needs
-// CAP_SYS_NICE or an RLIMIT_RTPRIO above 0 (root has it; systemd: LimitRTPRIO=1). A redlock
-// started at real-time priority keeps it, and so does the command unless it was started with
-// SCHED_RESET_ON_FORK (then SCHED_OTHER); one started at SCHED_BATCH or SCHED_IDLE is left so.
 // When a forked watchdog sent its SIGKILL (CLOCK_MONOTONIC ns, 0: not yet), on a page shared
 // with it: the report's sigkill_ns, which was the due time before (a review: a watchdog at the
 // normal priority killed 129 to 170 ms after the deadline, reported as 30 ms before it).
@@ -142,6 +131,18 @@ class SharedKillTime {
   std::int64_t* ns_ = nullptr;
 };
 
+// The command may keep every CPU busy (make -j): at the normal priority redlock then wakes up
+// at its SIGKILL point only when the scheduler gets round to it (an outside review: 100 busy
+// loops on 2 cores, the group killed 31 to 82 ms after the lock's deadline, 3 of 3, and not
+// much better with the command at nice 19). Real-time priority (SCHED_FIFO, the lowest level)
+// runs redlock's threads before any normal process whenever they wake; they sleep otherwise.
+// Threads made after it (the Client's loop thread, which renews; the stderr writer) and the
+// watchdog inherit it; the command is spawned at SCHED_OTHER, its nice value kept
+// (spawn_command; not SCHED_RESET_ON_FORK, which would reset the loop thread too, and the nice
+// value). Needs CAP_SYS_NICE or an RLIMIT_RTPRIO above 0 (root has it; systemd:
+// LimitRTPRIO=1). A redlock started at real-time priority P gives the command P and takes P + 1
+// (SCHED_OTHER for the command with SCHED_RESET_ON_FORK, as the flag asks); one started at
+// SCHED_BATCH or SCHED_IDLE is left so, with the command.
 struct Scheduling {
   std::string text;            // "realtime", "realtime (...)", or "normal (why)"
   bool above_command = false;  // redlock's threads preempt the command whatever it does
