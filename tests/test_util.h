@@ -96,6 +96,12 @@ inline long long command_calls(const RedisServer& server, const std::string& com
   return std::stoll(info.str.substr(at + field.size()));
 }
 
+// Lua scripts the master has run (EVALSHA and EVAL: every release and extend of the library,
+// and the handshake's permission probes).
+inline long long scripts_run(const RedisServer& server) {
+  return command_calls(server, "evalsha") + command_calls(server, "eval");
+}
+
 // A redis:// uri of a test server with `userinfo` ("user:password", ":password") put in.
 inline std::string with_auth(const std::string& uri, const std::string& userinfo) {
   return "redis://" + userinfo + "@" + uri.substr(std::string("redis://").size());
