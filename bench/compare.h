@@ -96,8 +96,8 @@ enum class Transport { plain, tls };
 void phase_latency_parallel(Run& run, std::size_t n, int rep, Transport transport = Transport::plain);
 // The same with sequential fan-out: N single-master Clients, one after the other.
 void phase_latency_sequential(Run& run, std::size_t n, int rep);
-// redis-benchmark -c 1 SET NX PX against master 0 (when installed).
-void phase_floor_redis_benchmark(Run& run, int rep);
+// redis-benchmark -c 1 SET NX PX against master 0 (when installed), over plain TCP or TLS.
+void phase_floor_redis_benchmark(Run& run, int rep, Transport transport = Transport::plain);
 // K acquire+release chains in flight from one Client for a fixed time.
 void phase_throughput(Run& run, std::size_t n, std::size_t k, int rep);
 // Pipelined SETs against the first n masters at once (redis-benchmark -P 16 -c 4 each):

@@ -10,6 +10,7 @@
 // results.jsonl, table.txt and plots to --out. Figures are informational: the exit code is 0
 // whenever the run completed, whatever the targets say.
 #include <algorithm>
+#include <array>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -225,7 +226,11 @@ int main(int argc, char** argv) {
           phase_latency_parallel(run, n, rep);
         }
       }
-      phase_floor_redis_benchmark(run, rep);
+      // Alternating order, as for the latency series: the TLS / plain ratio is not the order's.
+      for (const Transport transport :
+           rep % 2 == 0 ? std::array{Transport::plain, Transport::tls} : std::array{Transport::tls, Transport::plain}) {
+        phase_floor_redis_benchmark(run, rep, transport);
+      }
       flush_masters(run);
       for (const std::size_t n : config.throughput_ns) {
         phase_ceiling(run, n, rep);

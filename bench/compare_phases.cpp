@@ -422,6 +422,7 @@ void phase_latency_parallel(Run& run, std::size_t n, int rep, Transport transpor
     if (r) client->release(*r.lock);
   }
   const long long server0 = masters_run_ns(run, n);
+  const CpuTimes client0 = process_cpu();
   const auto begin = SteadyClock::now();
   for (int i = warmup; i < warmup + samples; ++i) {
     const auto t0 = SteadyClock::now();
@@ -444,6 +445,9 @@ void phase_latency_parallel(Run& run, std::size_t n, int rep, Transport transpor
   }
   const double seconds = micros(begin, SteadyClock::now()) / 1e6;
   const double cycles_per_s = samples / seconds;
+  // This process's CPU (caller + the Client's loop thread; nothing else runs here meanwhile)
+  // per acquire+release cycle: what TLS adds on the client's side, beside the masters' own.
+  const double client_us = (process_cpu().total() - client0.total()) * 1e6 / samples;
   // Every cycle sends one SET and one release script to each master.
   const double server_us =
       server_us_per_command(server0, masters_run_ns(run, n), 2.0 * static_cast<double>(n) * samples);
@@ -460,6 +464,7 @@ void phase_latency_parallel(Run& run, std::size_t n, int rep, Transport transpor
   run.add(key + ".cycle_p99", cycle.p99);
   run.add(key + ".loop_p50", loop.p50);
   if (server_us >= 0) run.add(key + ".server_us_per_cmd", server_us);
+  run.add(key + ".client_us_per_cycle", client_us);
   json ranks = json::array();
   for (std::size_t k = 0; k < n; ++k) {
     if (ranked[k].empty()) break;
@@ -469,11 +474,19 @@ void phase_latency_parallel(Run& run, std::size_t n, int rep, Transport transpor
   }
   run.add(key + ".cps", cycles_per_s);
   run.add(key + ".failed", failures);
-  json record = {{"type", "latency"}, {"mode", "parallel"}, {"transport", tls ? "tls" : "plain"}, {"n", n},
-                 {"rep", rep}, {"acquire", percentiles_json(p)}, {"acquire_release", percentiles_json(cycle)},
-                 {"loop_decision_p50_us", loop.p50}, {"reply_rank_p50_us", ranks},
+  json record = {{"type", "latency"},
+                 {"mode", "parallel"},
+                 {"transport", tls ? "tls" : "plain"},
+                 {"n", n},
+                 {"rep", rep},
+                 {"acquire", percentiles_json(p)},
+                 {"acquire_release", percentiles_json(cycle)},
+                 {"loop_decision_p50_us", loop.p50},
+                 {"reply_rank_p50_us", ranks},
                  {"server_cpu_us_per_command", server_us},
-                 {"cycles_per_s", cycles_per_s}, {"failed", failures}};
+                 {"client_cpu_us_per_cycle", client_us},
+                 {"cycles_per_s", cycles_per_s},
+                 {"failed", failures}};
   char line[200];
   std::snprintf(line, sizeof(line), "latency parallel%s N=%zu: p50 %.1f us, p99 %.1f us, %.0f cycles/s",
                 tls ? " TLS" : "   ", n, p.p50, p.p99, cycles_per_s);
@@ -512,42 +525,63 @@ void phase_latency_sequential(Run& run, std::size_t n, int rep) {
   run.record(std::move(record));
 }
 
-void phase_floor_redis_benchmark(Run& run, int rep) {
+void phase_floor_redis_benchmark(Run& run, int rep, Transport transport) {
+  const bool tls = transport == Transport::tls;
   if (run.redis_benchmark.empty()) {
-    run.note("redis-benchmark not installed: no redis-benchmark -c 1 floor (apt install redis-tools)");
+    if (!tls) run.note("redis-benchmark not installed: no redis-benchmark -c 1 floor (apt install redis-tools)");
     return;
   }
   const auto& master = *run.masters.front();
   // The lock's own command, one connection, one request at a time: the round trip floor
-  // of a C client with no event-loop thread hand-off.
-  const std::vector<std::string> argv = {run.redis_benchmark, "-h", master.host(), "-p",
-                                         std::to_string(master.port()), "-c", "1", "-n",
-                                         std::to_string(run.config.floor_requests), "-r", "100000000", "--csv",
-                                         "SET", "bench:rb:__rand_int__", kTokenLike, "NX", "PX", "10000"};
+  // of a C client with no event-loop thread hand-off. Over TLS (the same server's TLS port,
+  // verified against the run's CA): what TLS costs a C client and the server on one round
+  // trip, the floor under the library's TLS / plain ratio.
+  std::vector<std::string> argv = {run.redis_benchmark, "-h", master.host(), "-p",
+                                   std::to_string(tls ? run.tls_ports.front() : master.port())};
+  if (tls) argv.insert(argv.end(), {"--tls", "--cacert", run.pki->ca_file()});
+  argv.insert(argv.end(), {"-c", "1", "-n", std::to_string(run.config.floor_requests), "-r", "100000000", "--csv",
+                           "SET", "bench:rb:__rand_int__", kTokenLike, "NX", "PX", "10000"});
   // Its CPU (user+sys, counted once run_capture has reaped it): a C client's cost of one round
   // trip on loopback, the floor under any client's cost per command, ours included.
   const double cpu0 = reaped_children_cpu().total();
+  const long long server0 = masters_run_ns(run, 1);
   const auto [output, ok] = run_capture(argv);
   const double cpu_us_per_request =
       (reaped_children_cpu().total() - cpu0) * 1e6 / static_cast<double>(run.config.floor_requests);
+  // The master's CPU per request; it includes the benchmark's connection setup (one connect,
+  // a handshake over TLS), spread over floor_requests requests.
+  const double server_us =
+      server_us_per_command(server0, masters_run_ns(run, 1), static_cast<double>(run.config.floor_requests));
   const auto figures = parse_redis_benchmark_csv(output);
   if (!ok || !figures) {
-    run.note("redis-benchmark -c 1 failed or printed nothing parseable; floor from redis-benchmark skipped");
+    run.note(std::string("redis-benchmark -c 1") + (tls ? " --tls" : "") +
+             " failed or printed nothing parseable; that floor is skipped");
     return;
   }
-  run.add("rb.floor.cpu_us", cpu_us_per_request);
-  run.add("rb.floor.p50", figures->p50_ms * 1000.0);
-  run.add("rb.floor.p99", figures->p99_ms * 1000.0);
-  run.add("rb.floor.max", figures->max_ms * 1000.0);
-  run.add("rb.floor.rps", figures->rps);
-  json record = {{"type", "floor_redis_benchmark"}, {"rep", rep}, {"command", "SET key token NX PX 10000"},
-                 {"clients", 1}, {"requests", run.config.floor_requests}, {"rps", figures->rps},
-                 {"p50_us", figures->p50_ms * 1000.0}, {"p95_us", figures->p95_ms * 1000.0},
-                 {"p99_us", figures->p99_ms * 1000.0}, {"max_us", figures->max_ms * 1000.0},
-                 {"client_cpu_us_per_request", cpu_us_per_request}};
+  const std::string key = tls ? "rb.tls" : "rb.floor";
+  run.add(key + ".cpu_us", cpu_us_per_request);
+  if (server_us >= 0) run.add(key + ".server_us_per_cmd", server_us);
+  run.add(key + ".p50", figures->p50_ms * 1000.0);
+  run.add(key + ".p99", figures->p99_ms * 1000.0);
+  run.add(key + ".max", figures->max_ms * 1000.0);
+  run.add(key + ".rps", figures->rps);
+  json record = {{"type", "floor_redis_benchmark"},
+                 {"rep", rep},
+                 {"transport", tls ? "tls" : "plain"},
+                 {"command", "SET key token NX PX 10000"},
+                 {"clients", 1},
+                 {"requests", run.config.floor_requests},
+                 {"rps", figures->rps},
+                 {"p50_us", figures->p50_ms * 1000.0},
+                 {"p95_us", figures->p95_ms * 1000.0},
+                 {"p99_us", figures->p99_ms * 1000.0},
+                 {"max_us", figures->max_ms * 1000.0},
+                 {"client_cpu_us_per_request", cpu_us_per_request},
+                 {"server_cpu_us_per_request", server_us}};
   char line[200];
-  std::snprintf(line, sizeof(line), "redis-benchmark -c 1 SET NX PX: p50 %.1f us, %.0f requests/s, %.1f us CPU/request",
-                figures->p50_ms * 1000.0, figures->rps, cpu_us_per_request);
+  std::snprintf(line, sizeof(line),
+                "redis-benchmark -c 1%s SET NX PX: p50 %.1f us, %.0f requests/s, %.1f us CPU/request",
+                tls ? " --tls" : "", figures->p50_ms * 1000.0, figures->rps, cpu_us_per_request);
   record["progress"] = line;
   run.record(std::move(record));
 }

@@ -122,6 +122,13 @@ std::vector<Target> targets(const Run& run) {
                  ratio(run, "lat.tls.n5.cycle_p50", "lat.par.n5.cycle_p50"), "~", 0, ""});
   out.push_back({"acquire p50 over TLS / plain, N=1", "tls_over_plain_n1_p50",
                  ratio(run, "lat.tls.n1.p50", "lat.par.n1.p50"), "~", 0, ""});
+  out.push_back({"redis-benchmark -c 1 p50, TLS / plain (C client, N=1)", "c_client_tls_over_plain_p50",
+                 ratio(run, "rb.tls.p50", "rb.floor.p50"), "~", 0, "TLS's own cost on a round trip"});
+  out.push_back({"client CPU per cycle, TLS / plain, N=5", "tls_over_plain_n5_client_cpu",
+                 ratio(run, "lat.tls.n5.client_us_per_cycle", "lat.par.n5.client_us_per_cycle"), "~", 0,
+                 "this process"});
+  out.push_back({"redis-server CPU per command, TLS / plain, N=5", "tls_over_plain_n5_server_cpu",
+                 ratio(run, "lat.tls.n5.server_us_per_cmd", "lat.par.n5.server_us_per_cmd"), "~", 0, "the masters"});
   out.push_back({"reconnect p50, TLS cache on / off", "reconnect_tls_cache_on_over_off_p50",
                  ratio(run, "rc.tls_session_cache_on.p50", "rc.tls_session_cache_off.p50"), "~", 0,
                  "< 1 only if resumption worked"});
@@ -264,23 +271,48 @@ std::string table(const Run& run, const json& meta) {
     line("== 1b. TLS (rediss://, verified: CA + IP in the certificate) beside plain, the same servers (each has a");
     line("   plain and a TLS port), after the handshake (the Client is connected before the first sample)");
     line("   microseconds; acquire alone and acquire+release (caller's clock); ratio = TLS / plain, per repetition");
+    line("   client/cyc = this process's CPU per acquire+release cycle (caller + loop thread, getrusage);");
+    line("   srv/cmd = redis-server CPU per command, summed over the masters (as in section 1)");
     line(pad("N  series", w0) + pad("acquire p50", w1) + pad("p99", w2) + pad("acq+rel p50", w1) + pad("p99", w2) +
-         "cycles/s");
+         pad("client/cyc", w2 + 3) + pad("srv/cmd", w2) + "cycles/s");
+    const auto median_or_dash = [&](const std::string& key) {
+      return run.has(key) ? num(run.get(key).median) : std::string("-");
+    };
+    const auto r = [](const std::optional<Spread>& v) { return v ? with_range(*v) : std::string("n/a"); };
+    const auto m = [](const std::optional<Spread>& v) { return v ? num(v->median) : std::string("n/a"); };
     for (const std::size_t n : c.tls_ns) {
       for (const auto& [label, key] : {std::pair<std::string, std::string>{"plain", "lat.par." + tag(n)},
                                        {"TLS", "lat.tls." + tag(n)}}) {
         if (!run.has(key + ".p50")) continue;
         line(pad(std::to_string(n) + "  " + label, w0) + pad(with_range(run.get(key + ".p50")), w1) +
              pad(num(run.get(key + ".p99").median), w2) + pad(with_range(run.get(key + ".cycle_p50")), w1) +
-             pad(num(run.get(key + ".cycle_p99").median), w2) + with_range(run.get(key + ".cps")));
+             pad(num(run.get(key + ".cycle_p99").median), w2) +
+             pad(median_or_dash(key + ".client_us_per_cycle"), w2 + 3) +
+             pad(median_or_dash(key + ".server_us_per_cmd"), w2) + with_range(run.get(key + ".cps")));
       }
       const std::string plain = "lat.par." + tag(n), tls = "lat.tls." + tag(n);
-      const auto a50 = ratio(run, tls + ".p50", plain + ".p50"), a99 = ratio(run, tls + ".p99", plain + ".p99");
-      const auto c50 = ratio(run, tls + ".cycle_p50", plain + ".cycle_p50");
-      const auto c99 = ratio(run, tls + ".cycle_p99", plain + ".cycle_p99");
-      const auto r = [](const std::optional<Spread>& v) { return v ? with_range(*v) : std::string("n/a"); };
-      line(pad(std::to_string(n) + "  TLS / plain", w0) + pad(r(a50), w1) + pad(a99 ? num(a99->median) : "n/a", w2) +
-           pad(r(c50), w1) + pad(c99 ? num(c99->median) : "n/a", w2));
+      line(pad(std::to_string(n) + "  TLS / plain", w0) + pad(r(ratio(run, tls + ".p50", plain + ".p50")), w1) +
+           pad(m(ratio(run, tls + ".p99", plain + ".p99")), w2) +
+           pad(r(ratio(run, tls + ".cycle_p50", plain + ".cycle_p50")), w1) +
+           pad(m(ratio(run, tls + ".cycle_p99", plain + ".cycle_p99")), w2) +
+           pad(m(ratio(run, tls + ".client_us_per_cycle", plain + ".client_us_per_cycle")), w2 + 3) +
+           m(ratio(run, tls + ".server_us_per_cmd", plain + ".server_us_per_cmd")));
+    }
+    if (run.has("rb.floor.p50") && run.has("rb.tls.p50")) {
+      line("   the same SET NX PX from a C client (redis-benchmark -c 1, one request at a time) to master 1's");
+      line("   plain and TLS ports: what TLS costs one round trip with no library in it (client/cyc here is the");
+      line("   benchmark's CPU per request; srv/cmd includes its one connect and handshake)");
+      for (const auto& [label, key] :
+           {std::pair<std::string, std::string>{"C plain", "rb.floor"}, {"C TLS", "rb.tls"}}) {
+        line(pad("1  " + label, w0) + pad(with_range(run.get(key + ".p50")), w1) +
+             pad(num(run.get(key + ".p99").median), w2) + pad("-", w1) + pad("-", w2) +
+             pad(median_or_dash(key + ".cpu_us"), w2 + 3) + pad(median_or_dash(key + ".server_us_per_cmd"), w2) +
+             with_range(run.get(key + ".rps")) + " requests/s");
+      }
+      line(pad("1  C TLS / C plain", w0) + pad(r(ratio(run, "rb.tls.p50", "rb.floor.p50")), w1) +
+           pad(m(ratio(run, "rb.tls.p99", "rb.floor.p99")), w2) + pad("-", w1) + pad("-", w2) +
+           pad(m(ratio(run, "rb.tls.cpu_us", "rb.floor.cpu_us")), w2 + 3) +
+           m(ratio(run, "rb.tls.server_us_per_cmd", "rb.floor.server_us_per_cmd")));
     }
     line("");
   }
