@@ -652,9 +652,9 @@ void RunSession::supervise() {
           "redlock was stopped past the lock's SIGKILL point while the command ran; its watchdog killed "
           "the group";
       if (sigkill_at_ && *sigkill_at_ >= deadline()) {
-        why +=
-            ", " + ms_text(*sigkill_at_ - deadline()) +
-            " AFTER the lock's deadline (it was not scheduled in time): another holder may have run beside the command";
+        why += ", " + ms_text(*sigkill_at_ - deadline()) +
+               " AFTER the lock's deadline (it was stopped too, or not scheduled in time): another holder may "
+               "have run beside the command";
       }
       lose(why);
     }
@@ -989,10 +989,11 @@ void RunSession::lose(const std::string& why) {
       sigterm_at_ = now;
       text += "; sent SIGTERM to " + group + ", SIGKILL in " + ms_text(kill_at_ - now) + " if it is still running";
     }
-    text += now < ends ? " (the lock's validity ends in " + ms_text(ends - now) + "); will exit 75"
-                       : " (the lock's validity ended " + ms_text(now - ends) +
-                             " ago: redlock was not scheduled in time, and another holder may have run beside the "
-                             "command); will exit 75";
+    text += now < ends
+                ? " (the lock's validity ends in " + ms_text(ends - now) + "); will exit 75"
+                : " (the lock's validity ended " + ms_text(now - ends) +
+                      " ago: redlock was stopped or not scheduled in time, and another holder may have run beside "
+                      "the command); will exit 75";
   } else {
     text += "; will exit 75";
   }
