@@ -59,7 +59,10 @@ class Client {
   // (that would wait for itself: it prints why and aborts).
   // With a caller's loop: must be called on that loop's thread (or while it is not
   // running), before the loop has ever run included; the caller must run the loop
-  // afterwards until it has no handles left, which frees the last sockets. Deleting the
+  // afterwards until it has no handles left, which frees the last sockets. Those handles are
+  // the library's to close: a uv_walk that uv_closes whatever is left (with a null callback)
+  // leaks their memory, and a socket closed before its master read a release resets it, so
+  // that release may be lost (the key then lives until its ttl). Deleting the
   // Client inside one of its own completion callbacks is allowed there: it shuts down at
   // once and its memory is freed on the loop's next iteration.
   // fork(): a Client belongs to the process that made it (its loop thread and sockets stay
