@@ -125,8 +125,13 @@ class Client {
   // Released through an adopted copy (adopt()), the copies this Client granted, and those it
   // made its own by extending an adopted copy, are given up when the release begins on its
   // loop (before release() returns; their leases are told `taken`), and so is the granted copy
-  // when one made so is released; copies granted by another Client learn it at their next
-  // extend.
+  // when one made so is released. A copy on another Client (or in another process) is not
+  // told, and cannot be in time: an extend of it sent before this release has run on the
+  // masters succeeds, the release then deletes the key under it, and that copy says "held"
+  // for a whole ttl while another Client may be granted the lock (docs/leases.md, "A release
+  // through another Client"). Releasing is the holder giving the lock up: stop every other
+  // handle of it (and its Lease) first. An extend sent after the release landed finds the
+  // key gone (Outcome::lost).
   Result release(const Lock& lock);
 
   // A Lock for a token this library printed earlier, e.g. by `redlock acquire` in another
