@@ -571,7 +571,8 @@ void define_interface(CLI::App& app, Args& args) {
       "run",
       "Acquire RESOURCE, run COMMAND (given after --) in a process group of its own while extending the "
       "lease every ttl/3, release when no process of the group is left, and exit with the command's status. "
-      "SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP and SIGCONT are forwarded to the group");
+      "Every signal that would end redlock (SIGINT, SIGTERM, SIGHUP, SIGALRM, ...; cli/README.md lists them), and "
+      "SIGTSTP and SIGCONT, are forwarded to the group");
   run->add_option("RESOURCE", args.resource, "Name of the lock")->required();
   run->add_option("COMMAND", args.program, "The command and its arguments, after --")->required();
   run->add_option("--wait", args.wait,

@@ -127,6 +127,8 @@ void die_of(int signal) {
 
 std::string signal_name(int signal) {
   if (const char* abbrev = ::sigabbrev_np(signal)) return std::string("SIG") + abbrev;
+  if (signal == SIGRTMIN) return "SIGRTMIN";
+  if (signal > SIGRTMIN && signal <= SIGRTMAX) return "SIGRTMIN+" + std::to_string(signal - SIGRTMIN);
   return "signal " + std::to_string(signal);
 }
 

@@ -69,9 +69,20 @@ class BlockedSignals {
   Fd fd_;
 };
 
-// The signals that end the tool by default and that a caller sends to stop it (Ctrl-C,
-// timeout(1), a supervisor): `run` forwards them to its command, `acquire` stops at them.
-inline const std::vector<int> kStopSignals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+// The signals whose default action ends the tool and that come from outside it: Ctrl-C,
+// timeout(1) (whatever its -s), a supervisor, the kernel's RLIMIT_CPU and RLIMIT_FSIZE
+// (SIGXCPU, SIGXFSZ), a real-time signal. `run` forwards them to its command, `acquire` stops
+// at them; left to their default action they ended the tool where they landed, an acquire's
+// key held for its whole ttl with nobody knowing the token, and `run`'s command running on
+// without a lease (review 34: SIGALRM). Not among them: those of faults and debugging
+// (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS), which the process raises itself,
+// and SIGPIPE, which each command ignores.
+inline const std::vector<int> kStopSignals = [] {
+  std::vector<int> signals = {SIGINT,    SIGTERM, SIGHUP,  SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM,
+                              SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGIO,   SIGPWR,  SIGSTKFLT};
+  for (int signal = SIGRTMIN; signal <= SIGRTMAX; ++signal) signals.push_back(signal);
+  return signals;
+}();
 
 // Those of `signals` the tool was not started ignoring. A blocked signal is queued even when
 // ignored, so one the parent set to be ignored (nohup's SIGHUP, SIGINT and SIGQUIT of a
@@ -83,7 +94,7 @@ inline const std::vector<int> kStopSignals = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, 
 // (a script goes on after a command that exits 130). Call it after everything is cleaned up.
 [[noreturn]] void die_of(int signal);
 
-// "SIGTERM", or "signal N".
+// "SIGTERM", "SIGRTMIN+3", or "signal N".
 [[nodiscard]] std::string signal_name(int signal);
 
 // Milliseconds from now until `when`, rounded up and at most a minute, for poll(); 0 if it

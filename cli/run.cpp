@@ -772,7 +772,11 @@ void RunSession::on_signal(const signalfd_siginfo& info) {
   if (signal > 0 && signal < NSIG) ++forwarded_[static_cast<std::size_t>(signal)];
   signal_group(signal);
   // A stopped group would only get a terminating signal once continued (as a shell's kill does).
-  if (child_stopped_ && signal != SIGTSTP && !(signal == SIGUSR1 || signal == SIGUSR2)) signal_group(SIGCONT);
+  // Not for those that programs commonly catch for their own use (dd's SIGUSR1, a profiler's
+  // SIGPROF, real-time signals): those wait for whoever continues it.
+  const bool usually_caught = signal == SIGUSR1 || signal == SIGUSR2 || signal == SIGVTALRM || signal == SIGPROF ||
+                              signal == SIGIO || (signal >= SIGRTMIN && signal <= SIGRTMAX);
+  if (child_stopped_ && signal != SIGTSTP && !usually_caught) signal_group(SIGCONT);
 }
 
 void RunSession::reap() {

@@ -442,8 +442,10 @@ TEST_F(CliTest, ASignalWhileAnAttemptIsOutLeavesNothingLocked) {
     const auto at = info.find("connected_clients:");
     return at != std::string::npos && std::stoi(info.substr(at + 18)) >= 2;  // the tool's and ours
   };
-  for (const bool run : {false, true}) {
-    SCOPED_TRACE(run ? "run" : "acquire");
+  // SIGALRM (timeout -s ALRM): one the tool did not handle, which killed it mid-round with the
+  // key held on every master for the whole ttl, 4 of 4 (review 34).
+  for (const auto& [run, signal] : {std::pair{false, SIGTERM}, {true, SIGTERM}, {false, SIGALRM}, {true, SIGALRM}}) {
+    SCOPED_TRACE(std::string(run ? "run, " : "acquire, ") + ::sigabbrev_np(signal));
     for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"SET", "redlock:job", "other", "PX", "600000"});
     std::vector<std::string> args = {"--no-restart-guard", "--ttl", "60s", "--command-timeout", "4s", "--retry-delay", "50ms"};
     for (const char* word : {run ? "run" : "acquire", "--wait", "30s", "job"}) args.emplace_back(word);
@@ -459,16 +461,16 @@ TEST_F(CliTest, ASignalWhileAnAttemptIsOutLeavesNothingLocked) {
       const std::string value = value_on(0, "redlock:job");
       return !value.empty() && value != "other";
     });
-    if (in_flight) ::kill(process.pid(), SIGTERM);
+    if (in_flight) ::kill(process.pid(), signal);
     const Finished f = process.wait(15s);
     masters_[1].thaw();
     masters_[2].thaw();
     ASSERT_TRUE(in_flight) << "no attempt was granted on master 0\n" << describe(f);
-    EXPECT_EQ(f.exit_code, 128 + SIGTERM) << describe(f);
+    EXPECT_EQ(f.exit_code, 128 + signal) << describe(f);
     // Dies of it once cleaned up: a shell running a script stops there, as for a command killed
     // by Ctrl-C (after a command that exits 130 it goes on: review).
     EXPECT_TRUE(f.signaled) << describe(f);
-    EXPECT_NE(f.err.find("SIGTERM"), std::string::npos) << f.err;
+    EXPECT_NE(f.err.find(std::string("interrupted by SIG") + ::sigabbrev_np(signal)), std::string::npos) << f.err;
     EXPECT_TRUE(eventually([&] { return value_on(0, "redlock:job").empty(); }))
         << "the interrupted attempt's key stayed on master 0, PTTL " << masters_[0].command({"PTTL", "redlock:job"}).integer;
     for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", "redlock:job"});
@@ -498,6 +500,53 @@ TEST_F(CliTest, AnInheritedIgnoredSignalDoesNotCancelTheAcquire) {
   EXPECT_EQ(f.exit_code, 0) << "the ignored SIGHUP cancelled the acquire\n" << describe(f);
   EXPECT_EQ(f.out.size(), 33u) << f.out;  // its token and a newline
   for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", "redlock:job"});
+}
+
+// Every signal whose default action ends the tool, that others send (timeout -s, the kernel's
+// RLIMIT_CPU and RLIMIT_FSIZE, a supervisor's real-time signal), is read like SIGTERM: the
+// acquire is cancelled and the tool dies of it once its connections are closed. Before, these
+// killed it where they landed (review 34: SIGALRM mid-round left the key held, see above).
+// Faults and debugging signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS) are
+// not among them: they come from the process itself.
+TEST_F(CliTest, EverySignalThatWouldEndTheToolCancelsTheAcquireFirst) {
+  for (std::size_t i = 0; i < masters_.size(); ++i)
+    masters_[i].command({"SET", "redlock:job", "other", "PX", "600000"});
+  for (const int signal :
+       {SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGIO, SIGPWR, SIGSTKFLT, int(SIGRTMIN), int(SIGRTMAX)}) {
+    SCOPED_TRACE("signal " + std::to_string(signal));
+    Process process(with_masters({"--no-restart-guard", "--retry-delay", "50ms", "acquire", "--wait", "30s", "job"}));
+    std::this_thread::sleep_for(300ms);  // waiting for "other"
+    ASSERT_EQ(::kill(process.pid(), signal), 0);
+    const Finished f = process.wait(15s);
+    EXPECT_EQ(f.exit_code, 128 + signal) << describe(f);
+    EXPECT_TRUE(f.signaled) << describe(f);
+    EXPECT_NE(f.err.find("interrupted by "), std::string::npos) << "killed where the signal landed\n" << describe(f);
+  }
+  for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", "redlock:job"});
+}
+
+// The same signals sent to `run` are meant for the command, as SIGTERM is: forwarded to its
+// group, and the lock released once the group is gone. Before, SIGALRM killed redlock alone and
+// the command ran on without a lease, past the lock's expiry (documented as a limitation).
+TEST_F(CliTest, RunForwardsEverySignalThatWouldEndIt) {
+  for (const int signal : {SIGALRM, SIGXCPU, int(SIGRTMIN)}) {
+    SCOPED_TRACE("signal " + std::to_string(signal));
+    TempDir dir;
+    GroupGuard guard;
+    Process process(
+        with_masters({"run", "job", "--", "sh", "-c", "echo $$ > \"$1\"; sleep 30", "sh", (dir / "pid").string()}));
+    const pid_t command = wait_for_pid_file(dir / "pid");
+    ASSERT_GT(command, 0);
+    guard.watch(command);
+    ASSERT_TRUE(eventually([&] { return live_members(command).size() >= 2; }));  // sh and its sleep
+    ASSERT_EQ(::kill(process.pid(), signal), 0);
+    ASSERT_TRUE(eventually([&] { return process.exited(); }, 10s)) << "redlock went on: the signal was not forwarded";
+    EXPECT_EQ(live_members(command), std::vector<pid_t>{}) << "the command's group outlived redlock";
+    const Finished f = process.wait();
+    EXPECT_EQ(f.exit_code, 128 + signal) << describe(f);  // the command died of the forwarded signal
+    EXPECT_FALSE(f.signaled) << describe(f);              // redlock itself exited with the command's status
+    EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }));
+  }
 }
 
 TEST_F(CliTest, RunStopsTheCommandAndExits75WhenTheLockIsLost) {
