@@ -515,7 +515,7 @@ void define_interface(CLI::App& app, Args& args) {
   app.add_flag("-q,--quiet", args.quiet, "No diagnostics on stderr (usage errors excepted)");
   app.add_option("-E,--conflict-exit-code", args.conflict_exit_code,
                  "Exit status when the lock is held by another owner (acquire, run), 0..255 (default 73, "
-                 "as flock -E); that case then prints nothing")
+                 "as flock -E; 1..255 for acquire); that case then prints nothing")
       ->type_name("N");
 
   app.add_option("--tls-ca-file", args.tls_ca_file,
@@ -684,6 +684,14 @@ Settings resolve(const Args& args) {
     if (args.conflict_exit_code < 0 || args.conflict_exit_code > 255) {
       throw UsageError("--conflict-exit-code must be an exit status, 0..255 (got " +
                        std::to_string(args.conflict_exit_code) + ")");
+    }
+    if (args.conflict_exit_code == 0 && args.command == CommandKind::acquire) {
+      // It would make a lock held by another owner look acquired: exit 0 and no token, and
+      // `token=$(redlock -E 0 acquire job) || exit` goes on as the holder (review 34).
+      throw UsageError(
+          "--conflict-exit-code 0 with acquire would make a lock held by another owner look acquired (exit 0, "
+          "no token printed); give acquire another status, or use -E 0 with run, which then does not start the "
+          "command");
     }
     settings.conflict_exit_code = args.conflict_exit_code;
     settings.conflict_silent = true;

@@ -1331,7 +1331,7 @@ TEST_F(CliTest, ConflictExitCodeReplaces73) {
   EXPECT_NE(loud.err.find("could not acquire"), std::string::npos) << describe(loud);
   // Another failure with -E still says why.
   const Finished down =
-      Process({"-m", "redis://127.0.0.1:1", "-E", "0", "--retry-count", "0", "acquire", "job"}).wait();
+      Process({"-m", "redis://127.0.0.1:1", "-E", "5", "--retry-count", "0", "acquire", "job"}).wait();
   EXPECT_EQ(down.exit_code, 69) << describe(down);
   EXPECT_NE(down.err.find("could not acquire"), std::string::npos) << describe(down);
   const Finished json = redlock({"--json", "-E", "9", "--retry-count", "0", "acquire", "job"});
@@ -1341,6 +1341,13 @@ TEST_F(CliTest, ConflictExitCodeReplaces73) {
   const Finished bad = redlock({"-E", "300", "acquire", "other"});
   EXPECT_EQ(bad.exit_code, 64) << describe(bad);
   EXPECT_NE(bad.err.find("300"), std::string::npos) << bad.err;
+  // -E 0 with acquire would make a lock held by another owner look acquired: exit 0 and no
+  // token, and `token=$(redlock -E 0 acquire job) || exit` goes on as the holder (review 34).
+  // run -E 0 does not start the command, so it stays allowed there (above).
+  const Finished zero = redlock({"-E", "0", "--retry-count", "0", "acquire", "job"});
+  EXPECT_EQ(zero.exit_code, 64) << describe(zero);
+  EXPECT_NE(zero.err.find("--conflict-exit-code 0"), std::string::npos) << zero.err;
+  EXPECT_EQ(zero.out, "") << describe(zero);
 }
 
 TEST_F(CliTest, UsageErrorsNameTheUnknownWord) {
