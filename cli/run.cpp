@@ -42,6 +42,11 @@
 // lease renews) included. If the lease ran out meanwhile, the group is killed before it runs
 // again; if someone else continues the command meanwhile, a watchdog process kills the group
 // at the deadline's SIGKILL point (stop_self).
+//
+// redlock gone. Killed while the command runs (SIGKILL, the OOM killer, a fault of its own),
+// redlock renews and releases nothing any more, and the command would run on while the lock
+// expires. A guardian process, forked as the command starts, kills the group as soon as
+// redlock is gone without having said the group is done (start_guardian).
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -324,6 +329,9 @@ int spawn_failure_exit_code(int error) {
 class RunSession {
  public:
   RunSession(const Settings& settings, const Output& out) : settings_(settings), out_(out) {}
+  ~RunSession() { finish_guardian(); }
+  RunSession(const RunSession&) = delete;
+  RunSession& operator=(const RunSession&) = delete;
   int run();
   // The signal that ended the acquire (run() then returned 128 + it), or 0.
   [[nodiscard]] int interrupted_while_acquiring() const noexcept { return interrupted_; }
@@ -351,6 +359,8 @@ class RunSession {
   bool reap_watchdog(int options);
   void note_watchdog_exit(int status);
   static constexpr int kWatchdogKilled = 3;  // the watchdog's exit status when it killed the group
+  void start_guardian();
+  void finish_guardian() noexcept;
   void continue_command();
   void check_group();
   void signal_group(int signal);
@@ -402,6 +412,8 @@ class RunSession {
   TimePoint watchdog_kill_at_{};     // when it was to SIGKILL the group (the Client's clock)
   SharedKillTime watchdog_killed_at_;  // when it did (steady_clock)
   bool watchdog_killed_ = false;     // a watchdog killed the group: the lock was lost
+  pid_t guardian_ = -1;              // kills the group if redlock is gone (start_guardian), until reaped
+  int guardian_pipe_ = -1;           // its pipe's write end: 'done', or its end when redlock is gone
   std::optional<TimePoint> group_gone_;
   bool job_control_ = false;     // redlock is a job of its own on its controlling terminal
   bool handed_terminal_ = false;  // the command's group was made the terminal's foreground group
@@ -479,6 +491,7 @@ int RunSession::run() {
     report(code, &released);
     return code;
   }
+  start_guardian();
 
   try {
     supervise();
@@ -496,6 +509,7 @@ int RunSession::run() {
       check_group();
       if (!group_gone_) std::this_thread::sleep_for(milliseconds(10));
     }
+    finish_guardian();
     try {
       release();
     } catch (...) {
@@ -667,6 +681,9 @@ void RunSession::supervise() {
       if (!group_gone_ && !sigkill_at_) continue_command();
     }
   }
+  // The group is gone, and its id may be reused from now on: the guardian must not kill it.
+  // Reaped before the strays are looked for, which it would be counted among.
+  finish_guardian();
   // Processes that left the group but were handed to us (subreaper) and still run: after
   // reaping whatever has exited, waitpid() says 0 only when children are left.
   for (;;) {
@@ -747,8 +764,9 @@ void RunSession::keep_time() {
     if (!out_.json()) {
       const std::string when = now < deadline() ? ms_text(deadline() - now) + " before the lock's deadline"
                                                 : ms_text(now - deadline()) +
-                                                      " AFTER the lock's deadline (redlock was not scheduled in "
-                                                      "time): another holder may have run beside the command";
+                                                      " AFTER the lock's deadline (redlock was stopped or not "
+                                                      "scheduled in time): another holder may have run beside the "
+                                                      "command";
       out_.note("the command's process group was still running " + std::to_string(kill_after_.count()) +
                 " ms after SIGTERM or at the kill margin; sent SIGKILL, " + when);
     }
@@ -787,6 +805,10 @@ void RunSession::reap() {
     if (pid <= 0) return;
     if (pid == watchdog_ && (WIFEXITED(status) || WIFSIGNALED(status))) {
       note_watchdog_exit(status);
+      continue;
+    }
+    if (pid == guardian_ && (WIFEXITED(status) || WIFSIGNALED(status))) {
+      guardian_ = -1;  // killed by someone: redlock's own end is unguarded from now on
       continue;
     }
     if (pid != child_) continue;  // an orphan of the command's, handed to us as subreaper: reaped
@@ -913,6 +935,7 @@ int RunSession::start_watchdog() {
   // Its pid cannot be reused meanwhile: it is redlock's unreaped child, and redlock reaps
   // nothing before the watchdog is gone (stop_self, finish_watchdog).
   const pid_t first = child_status_ ? -1 : child_;
+  const int guardian_pipe = guardian_pipe_;
   watchdog_killed_at_.clear();
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -921,6 +944,7 @@ int RunSession::start_watchdog() {
     // own: a stop aimed at redlock's job (kill -STOP %1) must not stop it too.
     ::setpgid(0, 0);
     ::close(fds[1]);
+    if (guardian_pipe >= 0) ::close(guardian_pipe);  // redlock's end alone tells the guardian
     for (;;) {
       timespec now{};
       ::clock_gettime(CLOCK_MONOTONIC, &now);
@@ -949,6 +973,83 @@ int RunSession::start_watchdog() {
   }
   watchdog_ = pid;
   return fds[1];
+}
+
+// The guardian (see the top of this file): forked as the command starts, it holds the read end
+// of a pipe only redlock writes to. 'done' (finish_guardian, once the group is gone) ends it;
+// the pipe's end without it means redlock is gone, and it SIGKILLs the group at once, and the
+// first process should it have left the group
+// (CliTest.ARedlockKilledWhileTheCommandRunsTakesTheCommandWithIt). The ids are safe to signal
+// then: the group's id is not reused while a process of the group exists, nor the first
+// process's while it or its unreaped zombie does, and redlock says 'done' before it reaps
+// anything that would free them. It keeps no other descriptor: a Redis socket held open in it
+// would outlive redlock's own close of it (the master would not see the connection end), and
+// stdout or stderr held open would keep a reader waiting. It ignores the signals redlock
+// handles (they stay blocked in it: `pkill redlock` is forwarded to the command by redlock, and
+// redlock's 'done' ends the guardian), and runs at redlock's priority.
+void RunSession::start_guardian() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    if (!out_.json())
+      out_.note(std::string("could not start the guardian process (pipe: ") + std::strerror(errno) +
+                "): if redlock is killed, the command runs on while the lock expires");
+    return;
+  }
+  const pid_t group = child_;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // The child of a threaded process: async-signal-safe calls only.
+    ::setpgid(0, 0);  // a group of its own: no signal aimed at redlock's job or the command's reaches it
+    const int end = fds[0];
+    if (end > 0) ::close_range(0, static_cast<unsigned>(end - 1), 0);
+    ::close_range(static_cast<unsigned>(end) + 1, ~0U, 0);
+    for (;;) {
+      char said = 0;
+      const ssize_t got = ::read(end, &said, 1);
+      if (got < 0 && errno == EINTR) continue;
+      if (got == 1) ::_exit(0);  // done
+      break;                     // redlock is gone (or the pipe failed: the same, for all we know)
+    }
+    ::kill(-group, SIGKILL);
+    ::kill(group, SIGKILL);
+    ::_exit(1);
+  }
+  ::close(fds[0]);
+  if (pid < 0) {
+    const int error = errno;
+    ::close(fds[1]);
+    if (!out_.json())
+      out_.note(std::string("could not start the guardian process (fork: ") + std::strerror(error) +
+                "): if redlock is killed, the command runs on while the lock expires");
+    return;
+  }
+  guardian_ = pid;
+  guardian_pipe_ = fds[1];
+}
+
+void RunSession::finish_guardian() noexcept {
+  if (guardian_pipe_ >= 0) {
+    const char done = 'd';
+    while (::write(guardian_pipe_, &done, 1) < 0 && errno == EINTR) {
+    }
+    ::close(std::exchange(guardian_pipe_, -1));
+  }
+  // It exits at once, unless someone stopped it; then it must not act later.
+  for (int waited_ms = 0; guardian_ > 0 && waited_ms < 1000; waited_ms += 5) {
+    int status = 0;
+    const pid_t pid = ::waitpid(guardian_, &status, WNOHANG);
+    if (pid == guardian_ || (pid < 0 && errno != EINTR)) {
+      guardian_ = -1;
+    } else {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  }
+  if (guardian_ > 0) {
+    ::kill(guardian_, SIGKILL);
+    while (::waitpid(guardian_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    guardian_ = -1;
+  }
 }
 
 void RunSession::continue_command() {

@@ -1086,6 +1086,30 @@ TEST_F(CliTest, ARedlockKilledWhileItsJobIsStoppedTakesTheCommandWithIt) {
   EXPECT_FALSE(counts_on(job.counter, 1s)) << "the command runs on after redlock was killed";
 }
 
+// redlock killed while the command runs (kill -9, the OOM killer, a fault of its own): nothing
+// renewed or released the lock any more, and the command ran on while the lock expired, so
+// another client could be granted it beside the command. A guardian process, forked at the
+// command's start, kills the group as soon as redlock is gone without saying it is done.
+TEST_F(CliTest, ARedlockKilledWhileTheCommandRunsTakesTheCommandWithIt) {
+  for (const int signal : {SIGKILL, SIGSEGV}) {
+    SCOPED_TRACE(::sigabbrev_np(signal));
+    TempDir dir;
+    GroupGuard guard;
+    Process process(
+        with_masters({"run", "job", "--", "sh", "-c", "echo $$ > \"$1\"; sleep 30", "sh", (dir / "pid").string()}));
+    const pid_t command = wait_for_pid_file(dir / "pid");
+    ASSERT_GT(command, 0);
+    guard.watch(command);
+    ASSERT_TRUE(eventually([&] { return live_members(command).size() >= 2; }));  // sh and its sleep
+    ASSERT_EQ(::kill(process.pid(), signal), 0);
+    const Finished f = process.wait(10s);
+    EXPECT_EQ(f.exit_code, 128 + signal) << describe(f);
+    EXPECT_TRUE(eventually([&] { return live_members(command).empty(); }, 3s))
+        << "the command runs on after redlock was killed, with nothing renewing the lock";
+    for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", "redlock:job"});
+  }
+}
+
 TEST_F(CliTest, RunReportsAMissingCommandWith127AndReleases) {
   const Finished f = redlock({"run", "job", "--", "/nonexistent/redlock-test-command"});
   EXPECT_EQ(f.exit_code, 127) << describe(f);
