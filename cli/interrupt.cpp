@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -80,8 +81,36 @@ sigset_t BlockedSignals::block(const std::vector<int>& signals, sigset_t& origin
   return set;
 }
 
+namespace {
+
+// Signal 32, the kernel's first real-time signal, is glibc's own (SIGCANCEL: its SIGRTMIN
+// is 34): sigaction, sigaddset and pthread_sigmask refuse it, and a thread glibc starts has it
+// unblocked. Its handler is installed only by pthread_cancel, which redlock never calls, so its
+// action is the default one, which ended the tool where it landed: `kill -32` mid-round left
+// the key held with nobody knowing the token, and run's command running on without a lease
+// (review 35). It is ignored through the system call itself, process-wide. (33, glibc's
+// SIGSETXID, has glibc's handler, which ignores a signal sent from outside.) A command that
+// run starts gets it ignored too: glibc's posix_spawn sets its own signals so in the child.
+void ignore_glibc_cancel_signal() {
+#if defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
+  struct KernelSigaction {  // the kernel's struct sigaction on these architectures
+    void (*handler)(int);
+    unsigned long flags;
+    void (*restorer)();
+    std::uint64_t mask;
+  } ignore{SIG_IGN, 0, nullptr, 0};
+  constexpr long kGlibcCancelSignal = 32;
+  if (::syscall(SYS_rt_sigaction, kGlibcCancelSignal, &ignore, nullptr, sizeof ignore.mask) != 0) {
+    throw_errno("rt_sigaction(32, SIG_IGN)");
+  }
+#endif
+}
+
+}  // namespace
+
 BlockedSignals::BlockedSignals(const std::vector<int>& signals)
     : fd_([&] {
+        ignore_glibc_cancel_signal();
         const sigset_t set = block(signals, original_);
         const int fd = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
         if (fd < 0) throw_errno("signalfd");

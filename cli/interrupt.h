@@ -55,6 +55,7 @@ class Mailbox {
 
 // Blocks `signals` in the calling thread, and so in every thread started after it (construct
 // it before the Client, whose loop thread inherits the mask), and reads them from a signalfd.
+// Also ignores signal 32, glibc's own, which cannot be blocked through glibc (interrupt.cpp).
 class BlockedSignals {
  public:
   explicit BlockedSignals(const std::vector<int>& signals);

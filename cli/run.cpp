@@ -819,6 +819,10 @@ void RunSession::reap() {
     } else {
       child_status_ = status;
       child_stopped_ = false;
+      // Reaped as the group's last process, its id is free for reuse from here on: the
+      // guardian must not kill it, so it is told at once, not at the loop's next turn.
+      check_group();
+      if (group_gone_) finish_guardian();
     }
   }
 }
@@ -981,11 +985,13 @@ int RunSession::start_watchdog() {
 // first process should it have left the group
 // (CliTest.ARedlockKilledWhileTheCommandRunsTakesTheCommandWithIt). The ids are safe to signal
 // then: the group's id is not reused while a process of the group exists, nor the first
-// process's while it or its unreaped zombie does, and redlock says 'done' before it reaps
-// anything that would free them. It keeps no other descriptor: a Redis socket held open in it
-// would outlive redlock's own close of it (the master would not see the connection end), and
-// stdout or stderr held open would keep a reader waiting. It ignores the signals redlock
-// handles (they stay blocked in it: `pkill redlock` is forwarded to the command by redlock, and
+// process's while it or its unreaped zombie does. One window is left, from the group's end to
+// redlock's 'done': microseconds when the first process was the last (reap says it at once),
+// up to kGroupCheckInterval when others outlived it. Should redlock be killed within it and
+// the id be reused within it too (the pids wrapped around meanwhile), the id would be
+// another's. It keeps no other descriptor: a Redis socket held open in it would outlive redlock's own close of it (the
+// master would not see the connection end), and stdout or stderr held open would keep a reader waiting. It ignores the
+// signals redlock handles (they stay blocked in it: `pkill redlock` is forwarded to the command by redlock, and
 // redlock's 'done' ends the guardian), and runs at redlock's priority.
 void RunSession::start_guardian() {
   int fds[2];
