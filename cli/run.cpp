@@ -54,6 +54,7 @@
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1007,8 +1008,15 @@ void RunSession::start_guardian() {
     // The child of a threaded process: async-signal-safe calls only.
     ::setpgid(0, 0);  // a group of its own: no signal aimed at redlock's job or the command's reaches it
     const int end = fds[0];
-    if (end > 0) ::close_range(0, static_cast<unsigned>(end - 1), 0);
-    ::close_range(static_cast<unsigned>(end) + 1, ~0U, 0);
+    const bool closed = (end == 0 || ::close_range(0, static_cast<unsigned>(end - 1), 0) == 0) &&
+                        ::close_range(static_cast<unsigned>(end) + 1, ~0U, 0) == 0;
+    if (!closed) {  // no close_range (a seccomp filter, an old kernel): one at a time
+      rlimit files{};
+      const rlim_t limit = ::getrlimit(RLIMIT_NOFILE, &files) == 0 ? files.rlim_cur : 1024;
+      for (rlim_t fd = 0; fd < limit && fd < (rlim_t{1} << 20); ++fd) {
+        if (static_cast<int>(fd) != end) ::close(static_cast<int>(fd));
+      }
+    }
     for (;;) {
       char said = 0;
       const ssize_t got = ::read(end, &said, 1);
