@@ -988,18 +988,32 @@ int RunSession::start_watchdog() {
 // then: the group's id is not reused while a process of the group exists, nor the first
 // process's while it or its unreaped zombie does. One window is left, from the group's end to
 // redlock's 'done': microseconds when the first process was the last (reap says it at once),
-// up to kGroupCheckInterval when others outlived it. Should redlock be killed within it and
-// the id be reused within it too (the pids wrapped around meanwhile), the id would be
-// another's. It keeps no other descriptor: a Redis socket held open in it would outlive redlock's own close of it (the
-// master would not see the connection end), and stdout or stderr held open would keep a reader waiting. It ignores the
-// signals redlock handles (they stay blocked in it: `pkill redlock` is forwarded to the command by redlock, and
-// redlock's 'done' ends the guardian), and runs at redlock's priority.
+// up to kGroupCheckInterval when others outlived it, and the whole of a stop of redlock's
+// (kill -STOP, a debugger) that began before. Should redlock be killed within it and the id
+// be reused within it (the pids wrapped around meanwhile), the id would be another's: review 36
+// built it in a PID namespace (the first process exited, the rest of its group ended while
+// redlock was stopped, a new group took the id, then kill -9 of redlock: the new group was
+// killed, 3 of 3). redlock itself, continued after such a stop, would take that group for the
+// command's too (check_group). Not closed yet. It keeps no other descriptor: a Redis socket held open in it would
+// outlive redlock's own close of it (the master would not see the connection end), and stdout or stderr held open would
+// keep a reader waiting. It ignores the signals redlock handles (they stay blocked in it: `pkill redlock` is forwarded
+// to the command by redlock, and redlock's 'done' ends the guardian), and runs at redlock's priority.
 void RunSession::start_guardian() {
   int fds[2];
+  // Said in --json too (its notes): a review saw a failed fork there leave no trace, and the
+  // command ran on after kill -9 while another client was granted the lock.
+  const auto unguarded = [&](const char* call, int error) {
+    const std::string note = std::string("could not start the guardian process (") + call + ": " +
+                             std::strerror(error) +
+                             "): if redlock is killed, the command runs on while the lock expires";
+    if (out_.json()) {
+      notes_.push_back(note);
+    } else {
+      out_.note(note);
+    }
+  };
   if (::pipe2(fds, O_CLOEXEC) != 0) {
-    if (!out_.json())
-      out_.note(std::string("could not start the guardian process (pipe: ") + std::strerror(errno) +
-                "): if redlock is killed, the command runs on while the lock expires");
+    unguarded("pipe", errno);
     return;
   }
   const pid_t group = child_;
@@ -1032,9 +1046,7 @@ void RunSession::start_guardian() {
   if (pid < 0) {
     const int error = errno;
     ::close(fds[1]);
-    if (!out_.json())
-      out_.note(std::string("could not start the guardian process (fork: ") + std::strerror(error) +
-                "): if redlock is killed, the command runs on while the lock expires");
+    unguarded("fork", error);
     return;
   }
   guardian_ = pid;
