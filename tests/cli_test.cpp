@@ -276,6 +276,23 @@ class CliTest : public ::testing::Test {
     return args_for(masters_.uris(), args);
   }
 
+  // `redlock run job` of a shell that writes its pid and sleeps (sh and its sleep in the
+  // command's group), once both run. The guard kills that group whatever becomes of the test.
+  struct SleepingRun {
+    TempDir dir;
+    GroupGuard guard;
+    std::optional<Process> tool;
+    pid_t command = -1;
+  };
+  void start_sleeping_run(SleepingRun& run) {
+    run.tool.emplace(
+        with_masters({"run", "job", "--", "sh", "-c", "echo $$ > \"$1\"; sleep 30", "sh", (run.dir / "pid").string()}));
+    run.command = wait_for_pid_file(run.dir / "pid");
+    ASSERT_GT(run.command, 0);
+    run.guard.watch(run.command);
+    ASSERT_TRUE(eventually([&] { return live_members(run.command).size() >= 2; }));  // sh and its sleep
+  }
+
   // Runs `redlock -m ... args` to completion.
   Finished redlock(std::vector<std::string> args, std::chrono::milliseconds timeout = 30s) {
     Process process(with_masters(args));
@@ -568,18 +585,12 @@ TEST_F(CliTest, SignalThirtyTwoNeitherEndsTheAcquireNorTheRun) {
 TEST_F(CliTest, RunForwardsEverySignalThatWouldEndIt) {
   for (const int signal : {SIGALRM, SIGXCPU, int(SIGRTMIN)}) {
     SCOPED_TRACE("signal " + std::to_string(signal));
-    TempDir dir;
-    GroupGuard guard;
-    Process process(
-        with_masters({"run", "job", "--", "sh", "-c", "echo $$ > \"$1\"; sleep 30", "sh", (dir / "pid").string()}));
-    const pid_t command = wait_for_pid_file(dir / "pid");
-    ASSERT_GT(command, 0);
-    guard.watch(command);
-    ASSERT_TRUE(eventually([&] { return live_members(command).size() >= 2; }));  // sh and its sleep
-    ASSERT_EQ(::kill(process.pid(), signal), 0);
-    ASSERT_TRUE(eventually([&] { return process.exited(); }, 10s)) << "redlock went on: the signal was not forwarded";
-    EXPECT_EQ(live_members(command), std::vector<pid_t>{}) << "the command's group outlived redlock";
-    const Finished f = process.wait();
+    SleepingRun run;
+    ASSERT_NO_FATAL_FAILURE(start_sleeping_run(run));
+    ASSERT_EQ(::kill(run.tool->pid(), signal), 0);
+    ASSERT_TRUE(eventually([&] { return run.tool->exited(); }, 10s)) << "redlock went on: the signal was not forwarded";
+    EXPECT_EQ(live_members(run.command), std::vector<pid_t>{}) << "the command's group outlived redlock";
+    const Finished f = run.tool->wait();
     EXPECT_EQ(f.exit_code, 128 + signal) << describe(f);  // the command died of the forwarded signal
     EXPECT_FALSE(f.signaled) << describe(f);              // redlock itself exited with the command's status
     EXPECT_TRUE(eventually([&] { return masters_holding("redlock:job") == 0; }));
@@ -1130,16 +1141,10 @@ TEST_F(CliTest, ARedlockKilledWhileItsJobIsStoppedTakesTheCommandWithIt) {
 TEST_F(CliTest, ARedlockKilledWhileTheCommandRunsTakesTheCommandWithIt) {
   for (const int signal : {SIGKILL, SIGSEGV}) {
     SCOPED_TRACE(::sigabbrev_np(signal));
-    TempDir dir;
-    GroupGuard guard;
-    Process process(
-        with_masters({"run", "job", "--", "sh", "-c", "echo $$ > \"$1\"; sleep 30", "sh", (dir / "pid").string()}));
-    const pid_t command = wait_for_pid_file(dir / "pid");
-    ASSERT_GT(command, 0);
-    guard.watch(command);
-    ASSERT_TRUE(eventually([&] { return live_members(command).size() >= 2; }));  // sh and its sleep
-    ASSERT_EQ(::kill(process.pid(), signal), 0);
-    const Finished f = process.wait(10s);
+    SleepingRun run;
+    ASSERT_NO_FATAL_FAILURE(start_sleeping_run(run));
+    ASSERT_EQ(::kill(run.tool->pid(), signal), 0);
+    const Finished f = run.tool->wait(10s);
     EXPECT_FALSE(f.timed_out) << describe(f);
     // A sanitizer reports a SIGSEGV itself and exits with its own status.
     const bool sanitizer_handles_it =
@@ -1147,7 +1152,7 @@ TEST_F(CliTest, ARedlockKilledWhileTheCommandRunsTakesTheCommandWithIt) {
     if (!sanitizer_handles_it) {
       EXPECT_EQ(f.exit_code, 128 + signal) << describe(f);
     }
-    EXPECT_TRUE(eventually([&] { return live_members(command).empty(); }, 3s))
+    EXPECT_TRUE(eventually([&] { return live_members(run.command).empty(); }, 3s))
         << "the command runs on after redlock was killed, with nothing renewing the lock";
     for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", "redlock:job"});
   }
