@@ -984,20 +984,22 @@ int RunSession::start_watchdog() {
 // of a pipe only redlock writes to. 'done' (finish_guardian, once the group is gone) ends it;
 // the pipe's end without it means redlock is gone, and it SIGKILLs the group at once, and the
 // first process should it have left the group
-// (CliTest.ARedlockKilledWhileTheCommandRunsTakesTheCommandWithIt). The ids are safe to signal
-// then: the group's id is not reused while a process of the group exists, nor the first
-// process's while it or its unreaped zombie does. One window is left, from the group's end to
-// redlock's 'done': microseconds when the first process was the last (reap says it at once),
-// up to kGroupCheckInterval when others outlived it, and the whole of a stop of redlock's
-// (kill -STOP, a debugger) that began before. Should redlock be killed within it and the id
-// be reused within it (the pids wrapped around meanwhile), the id would be another's: review 36
-// built it in a PID namespace (the first process exited, the rest of its group ended while
-// redlock was stopped, a new group took the id, then kill -9 of redlock: the new group was
-// killed, 3 of 3). redlock itself, continued after such a stop, would take that group for the
-// command's too (check_group). Not closed yet. It keeps no other descriptor: a Redis socket held open in it would
-// outlive redlock's own close of it (the master would not see the connection end), and stdout or stderr held open would
-// keep a reader waiting. It ignores the signals redlock handles (they stay blocked in it: `pkill redlock` is forwarded
-// to the command by redlock, and redlock's 'done' ends the guardian), and runs at redlock's priority.
+// (CliTest.ARedlockKilledWhileTheCommandRunsTakesTheCommandWithIt).
+// The ids are safe to signal then: the group's id is not reused while a process of the group
+// exists, nor the first process's while it or its unreaped zombie does. One window is left,
+// from the group's end to redlock's 'done': microseconds when the first process was the last
+// (reap says it at once), up to kGroupCheckInterval when others outlived it, and the whole of
+// a stop of redlock's (kill -STOP, a debugger) that began before. Should redlock be killed
+// within it and the id be reused within it (the pids wrapped around meanwhile), the id would
+// be another's: review 36 built it in a PID namespace (the first process exited, the rest of
+// its group ended while redlock was stopped, a new group took the id, then kill -9 of redlock:
+// the new group was killed, 3 of 3). redlock itself, continued after such a stop, would take
+// that group for the command's too (check_group). Not closed yet.
+// It keeps no other descriptor: a Redis socket held open in it would outlive redlock's own
+// close of it (the master would not see the connection end), and stdout or stderr held open
+// would keep a reader waiting. It ignores the signals redlock handles (they stay blocked in
+// it: `pkill redlock` is forwarded to the command by redlock, whose 'done' then ends the
+// guardian), and runs at redlock's priority.
 void RunSession::start_guardian() {
   int fds[2];
   // Said in --json too (its notes): a review saw a failed fork there leave no trace, and the
