@@ -327,6 +327,23 @@ int spawn_failure_exit_code(int error) {
   }
 }
 
+// Reaps `pid`, a helper process of ours (the stop watchdog, the guardian) that has been told
+// to exit: it does so at once, unless someone stopped it; after a second it gets SIGKILL, as
+// it must not act later. Its wait status, or nullopt if it is not ours to reap.
+std::optional<int> reap_helper(pid_t pid) noexcept {
+  for (int waited_ms = 0;; waited_ms += 5) {
+    int status = 0;
+    const pid_t got = ::waitpid(pid, &status, waited_ms <= 1000 ? WNOHANG : 0);
+    if (got == pid) return status;
+    if (got < 0 && errno != EINTR) return std::nullopt;
+    if (waited_ms < 1000) {
+      std::this_thread::sleep_for(milliseconds(5));
+    } else if (waited_ms == 1000) {
+      ::kill(pid, SIGKILL);
+    }
+  }
+}
+
 class RunSession {
  public:
   RunSession(const Settings& settings, const Output& out) : settings_(settings), out_(out) {}
@@ -357,7 +374,6 @@ class RunSession {
   void stop_self();
   int start_watchdog();
   void finish_watchdog();
-  bool reap_watchdog(int options);
   void note_watchdog_exit(int status);
   static constexpr int kWatchdogKilled = 3;  // the watchdog's exit status when it killed the group
   void start_guardian();
@@ -883,23 +899,12 @@ void RunSession::stop_self() {
 // group's end is looked at, and it is never left to look like a process that left the group.
 void RunSession::finish_watchdog() {
   // Its pipe is closed: it exits at once, unless someone stopped it.
-  for (int waited_ms = 0; watchdog_ > 0 && waited_ms < 1000; waited_ms += 5) {
-    if (!reap_watchdog(WNOHANG)) std::this_thread::sleep_for(milliseconds(5));
+  if (watchdog_ <= 0) return;
+  if (const auto status = reap_helper(watchdog_)) {
+    note_watchdog_exit(*status);
+  } else {
+    watchdog_ = -1;  // not ours any more
   }
-  if (watchdog_ > 0) ::kill(watchdog_, SIGKILL);  // stopped by someone: it must not kill later
-  while (watchdog_ > 0) reap_watchdog(0);
-}
-
-// Whether the watchdog is reaped (or not ours any more).
-bool RunSession::reap_watchdog(int options) {
-  int status = 0;
-  const pid_t pid = ::waitpid(watchdog_, &status, options);
-  if (pid == watchdog_ && (WIFEXITED(status) || WIFSIGNALED(status))) {
-    note_watchdog_exit(status);
-  } else if (pid < 0 && errno != EINTR) {
-    watchdog_ = -1;
-  }
-  return watchdog_ <= 0;
 }
 
 void RunSession::note_watchdog_exit(int status) {
@@ -1062,22 +1067,8 @@ void RunSession::finish_guardian() noexcept {
     }
     ::close(std::exchange(guardian_pipe_, -1));
   }
-  // It exits at once, unless someone stopped it; then it must not act later.
-  for (int waited_ms = 0; guardian_ > 0 && waited_ms < 1000; waited_ms += 5) {
-    int status = 0;
-    const pid_t pid = ::waitpid(guardian_, &status, WNOHANG);
-    if (pid == guardian_ || (pid < 0 && errno != EINTR)) {
-      guardian_ = -1;
-    } else {
-      std::this_thread::sleep_for(milliseconds(5));
-    }
-  }
-  if (guardian_ > 0) {
-    ::kill(guardian_, SIGKILL);
-    while (::waitpid(guardian_, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    guardian_ = -1;
-  }
+  // It exits at once, unless someone stopped it.
+  if (guardian_ > 0) (void)reap_helper(std::exchange(guardian_, -1));
 }
 
 void RunSession::continue_command() {
