@@ -120,7 +120,8 @@ std::shared_ptr<Operation> release_operation(const ClientImpl& client, Lock lock
   auto op = client.make_operation();
   op->done = std::move(done);
   op->key = std::move(lock.key);
-  op->part = ReleasePart{std::move(lock.token), false, {}, 0, std::move(state)};
+  const std::uint64_t never_sent = state ? state->never_sent : 0;
+  op->part = ReleasePart{std::move(lock.token), false, {}, never_sent, std::move(state)};
   return op;
 }
 

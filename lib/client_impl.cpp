@@ -324,6 +324,7 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
     case RoundKind::release:
       // A release sends its token in this one round (a NOSCRIPT resend encodes the round's own).
       args.token = std::move(std::get<ReleasePart>(op->part).token);
+      args.never_sent = std::get<ReleasePart>(op->part).never_sent;
       // A NOSCRIPT read later than the longest ttl in use is not answered: sent then, the
       // release could land after released_here_'s window, under an extend it let through (a
       // review: replies held 2.1 s against a 2 s window, two holders 3 of 3). That master keeps
@@ -367,6 +368,7 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
   if (round.kind() == RoundKind::acquire || round.kind() == RoundKind::fence) {
     op->acquire().attempt_token = round.take_token();
   }
+  if (round.kind() == RoundKind::acquire) op->acquire().attempt_never_sent = round.never_sent();
   Result result;
   result.masters = round.take_masters();
   result.attempts = op->attempts;
@@ -420,6 +422,7 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
       round.keep_late_grants(state);
       state->granted_by = id_;
       state->owner = owner_of(op->key, op->acquire().attempt_token);
+      state->never_sent = op->acquire().attempt_never_sent;
       // From now on a restart of a granting master takes its vote away, also while a fencing
       // round is out (RestartGuardTest.AGrantLostDuringTheFencingRoundIsNotHandedOut).
       masters_.remember(state);
@@ -592,7 +595,7 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   const bool own_failure = acquire.fenced.has_value() || granted_by_quorum(result);
   // Released on every master, including those that timed out or have not answered: their
   // SET may still land, and this release is queued behind it on the same connection.
-  release_failed_attempt(*op, result.masters);
+  release_failed_attempt(*op);
   acquire.fenced.reset();
   if (acquire.retries_left == 0 || shutting_down_) {
     acquire.woken = acquire.woken || own_failure;  // stop_waiting passes it on: the key was free
@@ -976,7 +979,7 @@ void ClientImpl::warn_failed_release(const Operation& op, const Result& result) 
   const auto& release = std::get<ReleasePart>(op.part);
   for (std::size_t i = 0; i < result.masters.size(); ++i) {
     const auto& master = result.masters[i];
-    if (master.status != MasterStatus::server_error || ((release.never_sent >> i) & 1u) != 0) continue;
+    if (master.status != MasterStatus::server_error) continue;
     if (is_key_refusal_text(master.error)) continue;
     diagnostics_.warn("release of key '" + op.key + "' after a failed acquire was refused by master " +
                           master.endpoint + ": " + master.error + "; the key stays there until its ttl (" +
@@ -993,18 +996,13 @@ std::shared_ptr<LockState> ClientImpl::make_lock_state(std::size_t masters) cons
   return std::allocate_shared<LockState>(PoolAllocator<LockState>(lock_states_pool_), masters);
 }
 
-void ClientImpl::release_failed_attempt(const Operation& attempt, const std::vector<MasterResult>& decided_rows) {
+void ClientImpl::release_failed_attempt(const Operation& attempt) {
   const AcquirePart& acquire = attempt.acquire();
-  // Which masters were never sent the SET: round 1's rows (a failed fence round's say nothing).
-  const auto& rows = acquire.fenced ? acquire.fenced->masters : decided_rows;
-  std::uint64_t never_sent = 0;
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i].status == MasterStatus::not_permitted) never_sent |= std::uint64_t{1} << i;  // kMaxMasters = 64
-  }
   auto op = make_operation();
   op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
   op->key = attempt.key;
-  op->part = ReleasePart{acquire.attempt_token, true, attempt.ttl, never_sent, {}};
+  // Not sent where the attempt's SET never went (round 1's, for a fenced attempt).
+  op->part = ReleasePart{acquire.attempt_token, true, attempt.ttl, acquire.attempt_never_sent, {}};
   operations_.emplace(op->id, op);
   send_round(op, RoundKind::release);
 }
@@ -1024,8 +1022,9 @@ void ClientImpl::cancel(OperationId id) {
   } else if (op->round && !op->round->decided()) {
     op->round->close();
     result.masters = op->round->take_masters();
+    if (op->round->kind() == RoundKind::acquire) acquire.attempt_never_sent = op->round->never_sent();
     acquire.attempt_token = op->round->take_token();
-    release_failed_attempt(*op, result.masters);
+    release_failed_attempt(*op);
   }
   finish(op, std::move(result));
 }

@@ -57,14 +57,21 @@ void Round::start() {
   // remove our own token, and the ACL may allow it.
   const bool fenced = touches_fence_counter(args_.kind, args_.fencing);
   for (std::uint32_t i = 0; i < masters.size(); ++i) {
+    const std::uint64_t bit = std::uint64_t{1} << i;
     if (!release) {
       if (auto why = masters.not_permitted(i, fenced)) {
         record(i, MasterStatus::not_permitted, std::move(*why));
+        never_sent_ |= bit;
         continue;
       }
+    } else if ((args_.never_sent & bit) != 0) {
+      record(i, MasterStatus::not_found,
+             "not sent: the lock's SET never went to this master, so no key of it is there");
+      continue;
     }
     if (!masters.send(i, command, shared_from_this(), late_after, release)) {
       record(i, MasterStatus::not_connected, masters.last_error(i));
+      never_sent_ |= bit;
     } else if (!masters.ready(i)) {
       note_reconnecting(i);
     }
@@ -132,6 +139,7 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
     // Queued before the handshake, then refused by the permission check: never sent.
     if (auto why = context_.masters.not_permitted(index, touches_fence_counter(args_.kind, args_.fencing))) {
       record(index, MasterStatus::not_permitted, std::move(*why));
+      never_sent_ |= std::uint64_t{1} << index;
     } else {
       record(index, MasterStatus::not_connected, std::string(failure));
     }

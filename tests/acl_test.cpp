@@ -143,6 +143,9 @@ void two_good_one_restricted(const std::vector<std::string>& rules, bool fencing
   EXPECT_EQ(extended.outcome, Outcome::extended) << format_result(extended);
   const Result released = client.release(*held.lock);
   EXPECT_EQ(released.outcome, Outcome::released) << format_result(released);
+  // Nor is it sent the release: nothing of the lock is there.
+  EXPECT_EQ(released.masters[2].status, MasterStatus::not_found) << format_result(released);
+  EXPECT_NE(released.masters[2].error.find("not sent"), std::string::npos) << format_result(released);
   EXPECT_TRUE(eventually([&] { return with_key(masters.group, held.lock->key) == 0; }))
       << "a key of this lock stayed behind";
   EXPECT_EQ(format_result(held).find(kPassword), std::string::npos);

@@ -75,6 +75,28 @@ TEST_F(FaultTest, AMajorityFrozenTimesOutAndLateGrantsAreReleased) {
   EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:job") == 0; })) << "a late grant outlived the attempt";
 }
 
+// A release is not sent where the lock's SET never went (Round::never_sent), and only there: a
+// SET still queued for a frozen master runs when it thaws, and so must the release behind it.
+TEST_F(FaultTest, AReleaseStillGoesToAFrozenMinorityThatWasSentTheSet) {
+  auto options = options_for(masters_);
+  options.command_timeout = 100ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  for (const std::size_t i : {1u, 3u}) masters_[i].freeze();
+  const Result held = client.acquire("job");
+  ASSERT_TRUE(held) << format_result(held);
+  const Result released = client.release(*held.lock);
+  ASSERT_EQ(released.outcome, Outcome::released) << format_result(released);
+  for (const std::size_t i : {1u, 3u}) {
+    EXPECT_TRUE(released.masters[i].status == MasterStatus::pending ||
+                released.masters[i].status == MasterStatus::timeout)
+        << format_result(released);
+    masters_[i].thaw();
+  }
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:job") == 0; }))
+      << "the late SET outlived the release";
+}
+
 TEST_F(FaultTest, ADownMasterIsReconnectedWhenItComesBack) {
   Client client(options_for(masters_));
   ASSERT_TRUE(client.wait_connected(5, 5s));

@@ -5,7 +5,7 @@
 // libuv event loop. An acquire sends `SET key token NX PX ttl` to every master at once,
 // decides as soon as the votes allow either way (quorum = N/2 + 1 for, or more than
 // N - quorum against), and grants only while ttl - elapsed - drift is positive. A failed
-// attempt is released on every master. Release and extend are Lua compare-and-delete /
+// attempt is released on every master that was sent its SET. Release and extend are Lua compare-and-delete /
 // compare-and-PEXPIRE scripts sent to all masters at once. N = 1 is the plain single-Redis
 // lock through the same API.
 //
@@ -119,9 +119,12 @@ class Client {
   // connection. (This assumes, as Redlock does, that a command lands within that ttl of being
   // sent or never; docs/leases.md.)
   Result extend(const Lock& lock, std::optional<Milliseconds> ttl = {});
-  // Release: one round of compare-and-delete on every master. From the moment it is submitted
-  // the Lock (every copy of it) is given up here: remaining() is 0 and extend refuses it,
-  // whatever the release's outcome (a failed release is retried with release(), not undone).
+  // Release: one round of compare-and-delete on every master that was sent the lock's SET (a
+  // master that refused it, or was not permitted it, holds nothing of it: its row reads
+  // not_found, "not sent"; on another Client's or an adopted Lock, every master). From the
+  // moment it is submitted the Lock (every copy of it) is given up here: remaining() is 0 and
+  // extend refuses it, whatever the release's outcome (a failed release is retried with
+  // release(), not undone).
   // Released through an adopted copy (adopt()), the copies this Client granted, and those it
   // made its own by extending an adopted copy, are given up when the release begins on its
   // loop (before release() returns; their leases are told `taken`), and so is the granted copy

@@ -173,10 +173,9 @@ class ClientImpl {
   // Runs a user callback; its exceptions stop here. While it runs, deleting the Client
   // defers freeing this object (see destroy_from_callback).
   void call_back(const Callback& done, Result&& result) noexcept;
-  // The library's own release of a failed or cancelled acquire attempt (its key, token and
-  // ttl); `decided_rows`: the rows of the round that ended it (which masters were never sent
-  // the SET; for a fenced attempt, round 1's rows are taken instead).
-  void release_failed_attempt(const Operation& attempt, const std::vector<MasterResult>& decided_rows);
+  // The library's own release of a failed or cancelled acquire attempt (its key, token, ttl
+  // and the masters never sent its SET: AcquirePart::attempt_never_sent).
+  void release_failed_attempt(const Operation& attempt);
   void warn_failed_release(const Operation& op, const Result& result) const;
   void cancel(OperationId id);
   void shutdown();

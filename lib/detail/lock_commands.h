@@ -133,6 +133,9 @@ struct RoundArgs {
   // clock its lost() reads: no re-send is queued once the holder may have been told.
   // release: the longest ttl in use after its start (ClientImpl::released_here_).
   std::chrono::steady_clock::time_point resend_before = std::chrono::steady_clock::time_point::max();
+  // release: the masters (bit i: master i) that were never sent the lock's SET (Round::never_sent
+  // of the acquire that made it): nothing of it is there, and nothing is sent to them.
+  std::uint64_t never_sent = 0;
 };
 
 // What one master's reply to a round's command says on its own, before the round asks the

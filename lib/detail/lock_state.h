@@ -33,6 +33,9 @@ class LockState {
   // owner_of(key, token) of the lock this state was made for, set with granted_by: a Lock whose
   // public key or token were changed does not carry this state's word (ClientImpl::granted_here).
   std::uint64_t owner = 0;
+  // Round::never_sent of the acquire that granted it, set with granted_by: the masters its
+  // release is not sent to.
+  std::uint64_t never_sent = 0;
 
   // Any thread.
   std::atomic<bool> lost{false};

@@ -33,6 +33,7 @@ struct FencedGrant {
 struct AcquirePart {
   std::string resource;
   std::string attempt_token;             // fresh per attempt; in its round while in flight
+  std::uint64_t attempt_never_sent = 0;  // the attempt's Round::never_sent (taken with its token)
   bool fencing = false;
   std::optional<std::string> refused;    // a bad AcquireOptions value: begin() refuses the call
   int retries_left = 0;                  // -1: unlimited
@@ -69,8 +70,8 @@ struct ReleasePart {
   // key then stays).
   bool internal = false;
   std::chrono::milliseconds acquired_ttl{0};
-  // Masters (bit i: master i) that were never sent the attempt's SET (not_permitted): nothing
-  // of it can stay there, whatever they answer to this release.
+  // Masters (bit i: master i) that were never sent the lock's SET: not sent the release
+  // (RoundArgs::never_sent).
   std::uint64_t never_sent = 0;
   // The released Lock's state, when this Client granted it: the leases keeping it are told at
   // the release's beginning that it is gone (LockState::on_lost, taken).

@@ -131,6 +131,13 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   [[nodiscard]] long long receivers(std::uint32_t index) const {
     return index < learned_.size() ? learned_[index].receivers : 0;
   }
+  // Acquire: the masters (bit i: master i; kMaxMasters is 64) never sent the SET: start() did
+  // not (not permitted, or refused by the connection: down, or its backlog over the bound), or
+  // the connection dropped it unsent (queued while connecting, then not permitted).
+  // Their keys cannot hold this attempt's token, so its release is not sent there
+  // (RoundArgs::never_sent): a release per refused SET would use up the release reserve that
+  // the releases of the SETs that went in need.
+  [[nodiscard]] std::uint64_t never_sent() const noexcept { return never_sent_; }
 
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) override;
 
@@ -169,6 +176,7 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   // Per master that granted: MasterSet::incarnations_seen when its grant was read.
   SmallArray<std::uint32_t> voted_in_;
   std::shared_ptr<LockState> granted_;  // see keep_late_grants
+  std::uint64_t never_sent_ = 0;        // see never_sent()
   bool decided_ = false;
   // RoundDeadlines' list (in it from start() until close()).
   bool queued_ = false;
