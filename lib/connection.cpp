@@ -418,7 +418,7 @@ void Connection::on_handshake_reply(Step step, const redisReply* reply) {
 }
 
 bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag,
-                      std::uint64_t late_after_ns, bool release) {
+                      std::uint64_t late_after_ns, bool release, std::uint64_t sent_ns) {
   if (state_ == State::disconnected || state_ == State::closed) return false;
   release_late_sinks();
   const std::size_t factor = release ? kReleaseReserveFactor : 1;
@@ -435,7 +435,7 @@ bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink,
     return false;
   }
   (state_ == State::ready ? out_ : held_).append(encoded);
-  pending_.push_back({std::move(sink), tag, now_ns(), Step::command, late_after_ns});
+  pending_.push_back({std::move(sink), tag, sent_ns != 0 ? sent_ns : now_ns(), Step::command, late_after_ns});
   if (stall_timer_ == 0 && options_.stall_timeout.count() > 0) arm_stall_check();
   return true;
 }

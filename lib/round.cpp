@@ -69,7 +69,7 @@ void Round::start() {
              "not sent: the lock's SET never went to this master, so no key of it is there");
       continue;
     }
-    if (!masters.send(i, command, shared_from_this(), late_after, release)) {
+    if (!masters.send(i, command, shared_from_this(), late_after, release, sent_ns_)) {
       record(i, MasterStatus::not_connected, masters.last_error(i));
       never_sent_ |= bit;
     } else if (!masters.ready(i)) {

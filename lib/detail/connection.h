@@ -100,8 +100,10 @@ class Connection {
   // sender's memory).
   // `release`: a release (compare-and-delete of our own token) has a reserve of its own past
   // both bounds, so that the release of a SET accepted just below them is not refused.
+  // `sent_ns` (on now_ns(); 0: now) is when the sender took the time of sending, for the stall
+  // check: a round sending to every master reads the clock once, not once per master.
   bool send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag,
-            std::uint64_t late_after_ns = 0, bool release = false);
+            std::uint64_t late_after_ns = 0, bool release = false, std::uint64_t sent_ns = 0);
 
   // A subscriber connection (ConnectionOptions::on_push): queues one command whose answer
   // comes through on_push. False when not ready or over the unsent-bytes bound.

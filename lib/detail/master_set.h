@@ -52,7 +52,7 @@ class MasterSet {
   // Connection::send to master `index`; false (with last_error) when it cannot be queued,
   // also before start() or after close().
   bool send(std::uint32_t index, std::string_view encoded, std::shared_ptr<ReplySink> sink,
-            std::uint64_t late_after_ns = 0, bool release = false);
+            std::uint64_t late_after_ns = 0, bool release = false, std::uint64_t sent_ns = 0);
   [[nodiscard]] const std::string& last_error(std::uint32_t index) const;
   // Connection::failed_because of master `index`.
   [[nodiscard]] const std::string& failed_because(std::uint32_t index) const;
