@@ -11,6 +11,7 @@
 
 #include "detail/ms_text.h"
 #include "detail/sweep.h"
+#include "detail/token.h"
 #include "detail/uv_handle.h"
 #include "detail/validation.h"
 #include "redlock/errors.h"
@@ -303,7 +304,7 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
   std::shared_ptr<LockState> extended;
   switch (kind) {
     case RoundKind::acquire:
-      args.token = tokens_.next();  // the attempt's token (AcquirePart::attempt_token)
+      args.token = make_token();  // the attempt's token (AcquirePart::attempt_token)
       args.fencing = op->acquire().fencing;
       // Retries learn the holders' PTTLs; the first attempt stays a plain SET NX PX.
       args.learn_pttl = !args.fencing && op->attempts > 1;

@@ -1,24 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests for the RESP encoding of the lock's commands (lib/detail/commands.h), the Lua
 // scripts (checked against a real redis-server), and owner tokens (lib/detail/token.h).
-#include "detail/commands.h"
+#include "detail/lock_commands.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
-#include "detail/lock_commands.h"
+#include "detail/commands.h"
 #include "detail/token.h"
 #include "support/hiredis_handle.h"
 #include "support/redis_server.h"
@@ -397,65 +394,6 @@ TEST(MakeToken, UsesEveryHexDigit) {
     }
   }
   for (std::size_t d = 0; d < counts.size(); ++d) EXPECT_GT(counts[d], 0) << "hex digit " << d;
-}
-
-// A TokenSource draws a page of tokens at a time: more than a page's worth are all distinct
-// and well formed (its refills too).
-TEST(TokenSource, TenThousandDistinctAcrossRefills) {
-  redlock::detail::TokenSource tokens;
-  std::unordered_set<std::string> seen;
-  std::array<int, 16> counts{};
-  for (int i = 0; i < 10'000; ++i) {
-    const std::string token = tokens.next();
-    ASSERT_EQ(token.size(), 2 * redlock::detail::kTokenBytes);
-    for (const char c : token) {
-      ASSERT_TRUE((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) << "token " << token;
-      ++counts[static_cast<std::size_t>(c <= '9' ? c - '0' : c - 'a' + 10)];
-    }
-    seen.insert(token);
-  }
-  EXPECT_EQ(seen.size(), 10'000u);
-  for (std::size_t d = 0; d < counts.size(); ++d) EXPECT_GT(counts[d], 0) << "hex digit " << d;
-}
-
-// The page of unused tokens is not inherited: after fork() the child draws its own, so parent
-// and child never hand out the same token (two holders of one token would both be "the
-// owner" of a key). Each takes 300 tokens, more than a page.
-TEST(TokenSource, AForkedChildNeverHandsOutItsParentsTokens) {
-  redlock::detail::TokenSource tokens;
-  (void)tokens.next();  // the page is full of unused tokens now
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(fds[0]);
-    for (int i = 0; i < 300; ++i) {
-      const std::string token = tokens.next();
-      if (::write(fds[1], token.data(), token.size()) != static_cast<ssize_t>(token.size())) ::_exit(1);
-    }
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::unordered_set<std::string> parents;
-  for (int i = 0; i < 300; ++i) parents.insert(tokens.next());
-  std::string from_child;
-  char buffer[4096];
-  for (ssize_t got = 0; (got = ::read(fds[0], buffer, sizeof(buffer))) != 0;) {
-    if (got < 0 && errno == EINTR) continue;
-    ASSERT_GT(got, 0);
-    from_child.append(buffer, static_cast<std::size_t>(got));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  const std::size_t width = 2 * redlock::detail::kTokenBytes;
-  ASSERT_EQ(from_child.size(), 300 * width);
-  int shared = 0;
-  for (std::size_t at = 0; at < from_child.size(); at += width)
-    shared += parents.count(from_child.substr(at, width)) != 0 ? 1 : 0;
-  EXPECT_EQ(shared, 0) << "tokens handed out by both parent and child";
 }
 
 }  // namespace

@@ -31,7 +31,6 @@
 #include "detail/release_watch.h"
 #include "detail/ring_queue.h"
 #include "detail/round.h"
-#include "detail/token.h"
 #include "redlock/client.h"
 #include "tls/tls_context.h"
 
@@ -206,7 +205,6 @@ class ClientImpl {
   RoundDeadlines deadlines_;  // before masters_: rounds live on in their connections' queues
   MasterSet masters_;
   std::string command_buffer_;  // loop thread: RoundContext::command_buffer
-  TokenSource tokens_;          // loop thread: each acquire attempt's token
   // Where rounds are made (detail/pool_allocator.h): a round costs no heap allocation once
   // the cache has seen as many in flight at once (up to kCachedBlocks).
   const std::shared_ptr<std::pmr::memory_resource> rounds_memory_ = std::make_shared<BlockCache>(kCachedBlocks);
