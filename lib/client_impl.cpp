@@ -593,8 +593,9 @@ void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result resul
   // Failed for a reason of its own: a quorum granted it (round 1 of a fenced acquire whose
   // fence round failed, or an attempt whose validity ran out), so the key was free; below.
   const bool own_failure = acquire.fenced.has_value() || granted_by_quorum(result);
-  // Released on every master, including those that timed out or have not answered: their
-  // SET may still land, and this release is queued behind it on the same connection.
+  // Released on every master that was sent the SET, including those that timed out or have
+  // not answered: their SET may still land, and this release is queued behind it on the same
+  // connection.
   release_failed_attempt(*op);
   acquire.fenced.reset();
   if (acquire.retries_left == 0 || shutting_down_) {
