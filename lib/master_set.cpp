@@ -24,6 +24,7 @@ MasterSet::MasterSet(EventLoop& loop, const ClientOptions& options, const std::v
       quorum_(quorum_of(size_)),
       guard_(size_, quorum_, options.restart_guard, options.max_lock_ttl),
       catch_up_(*this, loop, commands, options),
+      owed_(*this, size_),
       warned_(size_),
       read_timers_(size_, 0) {
   for (const auto& endpoint : endpoints_) names_.push_back(endpoint.display());
@@ -61,6 +62,17 @@ bool MasterSet::send(std::uint32_t index, std::string_view encoded, std::shared_
                      std::uint64_t late_after_ns, bool release, std::uint64_t sent_ns) {
   if (index >= connections_.size()) return false;
   return connections_[index]->send(encoded, std::move(sink), index, late_after_ns, release, sent_ns);
+}
+
+void MasterSet::owe_release(std::uint32_t index, std::string encoded, std::uint64_t until_ns) {
+  if (closed_ || index >= size_) return;
+  if (!owed_.owe(index, std::move(encoded), until_ns) && !warned_[index].owed_dropped) {
+    warned_[index].owed_dropped =
+        diagnostics_.warn("master " + names_[index] + ": more than " + std::to_string(OwedReleases::kMaxPerMaster) +
+                              " releases are waiting for its connection to come back; more are not kept, and their "
+                              "keys stay there until their ttl",
+                          names_[index] + " (owed releases)");
+  }
 }
 
 const std::string& MasterSet::last_error(std::uint32_t index) const {
@@ -144,6 +156,8 @@ void MasterSet::on_ready(std::uint32_t index) {
   if (new_incarnation || keys_replaced) catch_up_.on_new_incarnation(index);
   warn_permissions(index);
   if (!new_incarnation && !keys_replaced) catch_up_.on_reconnect(index, !info.run_id.empty());
+  owed_.on_ready(index);
+  warned_[index].owed_dropped = false;
   const Incarnation& incarnation = guard_.incarnation(index);
   for (std::uint32_t other = 0; other < size_; ++other) {
     if (!same_server(index, other) || warned_[index].twin) continue;

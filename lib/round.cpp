@@ -72,6 +72,7 @@ void Round::start() {
     if (!masters.send(i, command, shared_from_this(), late_after, release, sent_ns_)) {
       record(i, MasterStatus::not_connected, masters.last_error(i));
       never_sent_ |= bit;
+      if (release) owe_release(i);
     } else if (!masters.ready(i)) {
       note_reconnecting(i);
     }
@@ -88,6 +89,8 @@ void Round::close() {
 }
 
 void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) {
+  // Lost with its connection (before the decision or after it): sent again once it is back.
+  if (reply == nullptr && args_.kind == RoundKind::release) owe_release(index);
   if (reply != nullptr && is_command_refusal(*reply)) {
     // The ACL changed under the live connection (docs/permissions.md): no lock goes there
     // until the check proves the permission again. The row itself stays a server_error: a
@@ -272,10 +275,23 @@ void Round::resend_with_eval(std::uint32_t index) {
   const bool release = args_.kind == RoundKind::release;
   const bool sent = context_.masters.send(index, command, shared_from_this(), late_after_ns(), release);
   command.clear();
+  if (!sent && release) owe_release(index);
   if (!sent && !decided_ && masters_[index].status == MasterStatus::pending) {
     record(index, MasterStatus::not_connected, context_.masters.last_error(index));
     evaluate();
   }
+}
+
+// A release that master `index`'s connection refused or lost: sent again (EVAL: a restarted
+// master has no script loaded) once the connection is back, until resend_before, the same
+// limit as a NOSCRIPT answer's resend (OwedReleases).
+void Round::owe_release(std::uint32_t index) {
+  const auto left = args_.resend_before - context_.clock.now();
+  if (left <= std::chrono::steady_clock::duration::zero()) return;
+  std::string encoded;
+  context_.commands.append(encoded, args_, true);
+  const auto left_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(left).count());
+  context_.masters.owe_release(index, std::move(encoded), deadline_after(now_ns(), left_ns));
 }
 
 }  // namespace redlock::detail

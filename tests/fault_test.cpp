@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "tcp_proxy.h"
 #include "test_util.h"
@@ -95,6 +98,64 @@ TEST_F(FaultTest, AReleaseStillGoesToAFrozenMinorityThatWasSentTheSet) {
   }
   EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:job") == 0; }))
       << "the late SET outlived the release";
+}
+
+// A release that a master's connection refused (down, between reconnects) would leave that
+// master the key until its ttl, though the lock was given up. It is sent again once the
+// connection is back (OwedReleases).
+TEST_F(FaultTest, AReleaseRefusedWhileAConnectionIsDownIsSentWhenItIsBack) {
+  auto options = options_for(masters_);
+  options.ttl = 30s;
+  options.reconnect_min = 500ms;  // a window in which master 0's connection is down
+  options.reconnect_max = 500ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  const Result held = client.acquire("job");
+  ASSERT_TRUE(held) << format_result(held);
+  ASSERT_TRUE(eventually([&] { return with_key(masters_, "redlock:job") == 5; })) << format_result(held);
+  masters_[0].command({"CLIENT", "KILL", "TYPE", "normal"});  // drops our connection to master 0
+  std::this_thread::sleep_for(100ms);                         // noticed or not, the release is refused or lost there
+  const Result released = client.release(*held.lock);
+  ASSERT_EQ(released.outcome, Outcome::released) << format_result(released);
+  EXPECT_EQ(released.masters[0].status, MasterStatus::not_connected) << format_result(released);
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:job") == 0; }, 5s))
+      << "master 0 kept the released key (its ttl is 30 s)";
+}
+
+// What is kept for one master whose connection is down is bounded: OwedReleases::
+// kMaxPerMaster (1024) releases; more are dropped with a warning, and their keys expire by
+// their ttl.
+TEST_F(FaultTest, TheReleasesOwedToAMasterAreBounded) {
+  auto options = options_for(masters_);
+  options.ttl = 30s;
+  options.reconnect_min = 1000ms;  // master 0's connection stays down while all are released
+  options.reconnect_max = 1000ms;
+  std::atomic<int> bound_warnings{0};
+  options.on_warning = [&bound_warnings](const std::string& warning) {
+    if (warning.find("releases are waiting for its connection") != std::string::npos) ++bound_warnings;
+  };
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  constexpr int kLocks = 1100;
+  std::vector<Lock> locks;
+  for (int i = 0; i < kLocks; ++i) {
+    const Result held = client.acquire("bound" + std::to_string(i));
+    ASSERT_TRUE(held) << format_result(held);
+    locks.push_back(*held.lock);
+  }
+  const auto keys_on_master_0 = [&] {
+    return masters_[0].command({"EVAL", "return #redis.call('KEYS', ARGV[1])", "0", "redlock:bound*"}).integer;
+  };
+  ASSERT_TRUE(eventually([&] { return keys_on_master_0() == kLocks; })) << keys_on_master_0();
+  masters_[0].command({"CLIENT", "KILL", "TYPE", "normal"});
+  std::this_thread::sleep_for(100ms);
+  for (const Lock& lock : locks) ASSERT_TRUE(client.release(lock));
+  EXPECT_EQ(bound_warnings.load(), 1);
+  // Once the connection is back, the 1024 kept are sent; the rest stay until their ttl.
+  constexpr long long kLeft = kLocks - 1024;
+  EXPECT_TRUE(eventually([&] { return keys_on_master_0() == kLeft; }, 5s)) << keys_on_master_0();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(keys_on_master_0(), kLeft);
 }
 
 TEST_F(FaultTest, ADownMasterIsReconnectedWhenItComesBack) {

@@ -121,10 +121,13 @@ class Client {
   Result extend(const Lock& lock, std::optional<Milliseconds> ttl = {});
   // Release: one round of compare-and-delete on every master that was sent the lock's SET (a
   // master that refused it, or was not permitted it, holds nothing of it: its row reads
-  // not_found, "not sent"; on another Client's or an adopted Lock, every master). From the
-  // moment it is submitted the Lock (every copy of it) is given up here: remaining() is 0 and
-  // extend refuses it, whatever the release's outcome (a failed release is retried with
-  // release(), not undone).
+  // not_found, "not sent"; on another Client's or an adopted Lock, every master). A master
+  // whose connection refused it or lost it (row not_connected) is sent it again once the
+  // connection is back, within the longest ttl in use (docs/design.md, "What one master can
+  // make the client hold").
+  // From the moment it is submitted the Lock (every copy of it) is given up here: remaining()
+  // is 0 and extend refuses it, whatever the release's outcome (a failed release is retried
+  // with release(), not undone).
   // Released through an adopted copy (adopt()), the copies this Client granted, and those it
   // made its own by extending an adopted copy, are given up when the release begins on its
   // loop (before release() returns; their leases are told `taken`), and so is the granted copy

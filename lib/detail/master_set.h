@@ -16,6 +16,7 @@
 #include "detail/connection.h"
 #include "detail/diagnostics.h"
 #include "detail/fence_catch_up.h"
+#include "detail/owed_releases.h"
 #include "detail/restart_guard.h"
 #include "redlock/options.h"
 
@@ -54,6 +55,9 @@ class MasterSet {
   bool send(std::uint32_t index, std::string_view encoded, std::shared_ptr<ReplySink> sink,
             std::uint64_t late_after_ns = 0, bool release = false, std::uint64_t sent_ns = 0);
   [[nodiscard]] const std::string& last_error(std::uint32_t index) const;
+  // A release master `index`'s connection refused or lost: sent again when it is ready
+  // (OwedReleases). `encoded` is EVAL-encoded; `until_ns` on now_ns().
+  void owe_release(std::uint32_t index, std::string encoded, std::uint64_t until_ns);
   // Connection::failed_because of master `index`.
   [[nodiscard]] const std::string& failed_because(std::uint32_t index) const;
 
@@ -108,6 +112,7 @@ class MasterSet {
     std::string permission;         // the permission problem last warned about ("" = none)
     std::string eviction;           // the eviction risk last warned about ("" = none)
     std::string replica_of;         // the replica's master last warned about ("" = none)
+    bool owed_dropped = false;      // releases owed to it were dropped, since it was last ready
   };
   class DurabilityRead;
   class RoleRead;
@@ -137,6 +142,7 @@ class MasterSet {
   std::vector<std::unique_ptr<Connection>> connections_;  // empty until start()
   RestartGuard guard_;
   FenceCatchUp catch_up_;
+  OwedReleases owed_;
   std::vector<Warned> warned_;
   std::vector<std::uint64_t> read_timers_;  // EventLoop::TimerId per master, 0 = none
   bool closed_ = false;

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "detail/owed_releases.h"
+
+#include <memory>
+#include <utility>
+
+#include "detail/connection.h"
+#include "detail/loop_time.h"
+#include "detail/master_set.h"
+
+namespace redlock::detail {
+
+// One release sent again. Answered (whatever the answer), it is done; lost with the
+// connection again, it is owed again (not once the set is closing: the Client is going away).
+class OwedReleases::Resend final : public ReplySink {
+ public:
+  Resend(OwedReleases& owner, Entry entry) : owner_(owner), entry_(std::move(entry)) {}
+  void on_reply(std::uint32_t index, const redisReply* reply, std::string_view) override {
+    if (reply == nullptr && !owner_.masters_.closed()) (void)owner_.owe(index, std::move(entry_.encoded), entry_.until_ns);
+  }
+
+ private:
+  OwedReleases& owner_;
+  Entry entry_;
+};
+
+OwedReleases::OwedReleases(MasterSet& masters, std::uint32_t size) : masters_(masters), owed_(size) {}
+
+bool OwedReleases::owe(std::uint32_t index, std::string encoded, std::uint64_t until_ns) {
+  if (index >= owed_.size() || until_ns <= now_ns()) return true;
+  auto& owed = owed_[index];
+  if (owed.size() >= kMaxPerMaster) {
+    // Expired entries make room first. Kept in about the order they expire (each until the
+    // longest ttl in use from its release), so when the oldest has not expired none has: a
+    // flood of releases lost with one connection costs one comparison each past the bound.
+    const std::uint64_t now = now_ns();
+    if (owed.front().until_ns > now) return false;
+    std::erase_if(owed, [now](const Entry& entry) { return entry.until_ns <= now; });
+    if (owed.size() >= kMaxPerMaster) return false;
+  }
+  owed.push_back({std::move(encoded), until_ns});
+  return true;
+}
+
+void OwedReleases::on_ready(std::uint32_t index) {
+  if (index >= owed_.size() || owed_[index].empty()) return;
+  std::vector<Entry> owed = std::exchange(owed_[index], {});
+  const std::uint64_t now = now_ns();
+  for (auto& entry : owed) {
+    if (entry.until_ns <= now) continue;
+    const std::string encoded = entry.encoded;
+    const std::uint64_t until_ns = entry.until_ns;
+    auto sink = std::make_shared<Resend>(*this, std::move(entry));
+    if (!masters_.send(index, encoded, std::move(sink), until_ns, true)) (void)owe(index, encoded, until_ns);
+  }
+}
+
+}  // namespace redlock::detail
