@@ -24,7 +24,7 @@ MasterSet::MasterSet(EventLoop& loop, const ClientOptions& options, const std::v
       quorum_(quorum_of(size_)),
       guard_(size_, quorum_, options.restart_guard, options.max_lock_ttl),
       catch_up_(*this, loop, commands, options),
-      owed_(*this, size_),
+      owed_(*this, size_, options.command_timeout),
       warned_(size_),
       read_timers_(size_, 0) {
   for (const auto& endpoint : endpoints_) names_.push_back(endpoint.display());

@@ -24,7 +24,8 @@ class OwedReleases::Resend final : public ReplySink {
   Entry entry_;
 };
 
-OwedReleases::OwedReleases(MasterSet& masters, std::uint32_t size) : masters_(masters), owed_(size) {}
+OwedReleases::OwedReleases(MasterSet& masters, std::uint32_t size, std::chrono::milliseconds command_timeout)
+    : masters_(masters), command_timeout_(command_timeout), owed_(size) {}
 
 bool OwedReleases::owe(std::uint32_t index, std::string encoded, std::uint64_t until_ns) {
   if (index >= owed_.size() || until_ns <= now_ns()) return true;
@@ -46,12 +47,16 @@ void OwedReleases::on_ready(std::uint32_t index) {
   if (index >= owed_.size() || owed_[index].empty()) return;
   std::vector<Entry> owed = std::exchange(owed_[index], {});
   const std::uint64_t now = now_ns();
+  // Late like any command one command_timeout after its send (not at the end of its window:
+  // review 39, ~Client waited for it up to the longest ttl in use), which also keeps the
+  // connection's deadlines in the order Connection::release_late_sinks expects.
+  const std::uint64_t late_after = deadline_after(now, command_timeout_);
   for (auto& entry : owed) {
     if (entry.until_ns <= now) continue;
     const std::string encoded = entry.encoded;
     const std::uint64_t until_ns = entry.until_ns;
     auto sink = std::make_shared<Resend>(*this, std::move(entry));
-    if (!masters_.send(index, encoded, std::move(sink), until_ns, true)) (void)owe(index, encoded, until_ns);
+    if (!masters_.send(index, encoded, std::move(sink), late_after, true)) (void)owe(index, encoded, until_ns);
   }
 }
 

@@ -158,6 +158,42 @@ TEST_F(FaultTest, TheReleasesOwedToAMasterAreBounded) {
   EXPECT_EQ(keys_on_master_0(), kLeft);
 }
 
+// A release sent again when the connection is back is a command like any other: at ~Client
+// the connection waits for it no longer than command_timeout. (Review 39: sent with its whole
+// resend window as its deadline, a master that stopped answering after the reconnect held
+// ~Client for the longest ttl in use, 10.4 s for an 8 s ttl.)
+TEST(OwedReleaseTest, AReleaseSentAgainHoldsUpTheClientsEndNoLongerThanAnyCommand) {
+  RedisServerGroup masters(3);
+  std::atomic<bool> hold{false};
+  std::atomic<bool> held{false};
+  std::atomic<bool> stop{false};
+  // Holds the release's resend (EVAL, not the EVALSHA of the first send) inside the proxy: the
+  // master "stops answering" right after the reconnect.
+  TcpProxy proxy(masters[0].port(), [&](std::string_view chunk) {
+    if (!hold.load() || chunk.find("EVAL\r\n") == std::string_view::npos) return;
+    held = true;
+    while (!stop.load()) std::this_thread::sleep_for(10ms);
+  });
+  auto options = options_for(std::vector<std::string>{proxy.uri(), masters[1].uri(), masters[2].uri()});
+  options.reconnect_min = 500ms;
+  options.reconnect_max = 500ms;
+  auto client = std::make_unique<Client>(options);
+  ASSERT_TRUE(client->wait_connected(3, 5s));
+  const Result granted = acquire_with_ttl(*client, "job", 20s);
+  ASSERT_TRUE(granted) << format_result(granted);
+  masters[0].command({"CLIENT", "KILL", "TYPE", "normal"});
+  std::this_thread::sleep_for(100ms);
+  hold = true;
+  const Result released = client->release(*granted.lock);
+  ASSERT_EQ(released.outcome, Outcome::released) << format_result(released);
+  EXPECT_TRUE(eventually([&] { return held.load(); }, 5s)) << "the release was not sent again";
+  const auto start = std::chrono::steady_clock::now();
+  client.reset();
+  const auto took = std::chrono::steady_clock::now() - start;
+  stop = true;
+  EXPECT_LT(took, 5s) << "~Client waited for the resent release's whole resend window (20 s ttl)";
+}
+
 TEST_F(FaultTest, ADownMasterIsReconnectedWhenItComesBack) {
   Client client(options_for(masters_));
   ASSERT_TRUE(client.wait_connected(5, 5s));

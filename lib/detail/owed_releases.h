@@ -14,6 +14,7 @@
 // Part of the MasterSet. Loop thread only.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -27,7 +28,9 @@ class OwedReleases {
  public:
   static constexpr std::size_t kMaxPerMaster = 1024;
 
-  OwedReleases(MasterSet& masters, std::uint32_t size);
+  // `command_timeout`: a resent release's deadline is its send plus this, as for every command
+  // (the connection waits no longer for it at ~Client).
+  OwedReleases(MasterSet& masters, std::uint32_t size, std::chrono::milliseconds command_timeout);
 
   // Keeps `encoded` (an EVAL release) for master `index` until `until_ns` (now_ns() time);
   // nothing once that has passed. False when dropped: kMaxPerMaster are owed there already.
@@ -43,6 +46,7 @@ class OwedReleases {
     std::uint64_t until_ns = 0;
   };
   MasterSet& masters_;
+  const std::chrono::milliseconds command_timeout_;
   std::vector<std::vector<Entry>> owed_;
 };
 
