@@ -286,6 +286,8 @@ void Round::resend_with_eval(std::uint32_t index) {
 // master has no script loaded) once the connection is back, until resend_before, the same
 // limit as a NOSCRIPT answer's resend (OwedReleases).
 void Round::owe_release(std::uint32_t index) {
+  // Closing (~Client fails every pending command): nothing would be kept, so nothing is encoded.
+  if (context_.masters.closed()) return;
   const auto left = args_.resend_before - context_.clock.now();
   if (left <= std::chrono::steady_clock::duration::zero()) return;
   std::string encoded;
