@@ -152,7 +152,6 @@ void ClientImpl::shutdown() {
   shut_down_ = true;
   begin_lease_releases();  // before shutting_down_: begin() would refuse them
   shutting_down_ = true;
-  stop_leases();  // before the loop closes: they must not post to it from now on
   std::vector<OperationId> live;
   for (auto& [id, op] : operations_) {
     if (!op->internal()) live.push_back(id);
@@ -161,6 +160,15 @@ void ClientImpl::shutdown() {
   for (const auto& wait : connect_waits_) wait->give(false);
   connect_waits_.clear();
   if (connect_check_timer_ != 0) loop_->cancel(std::exchange(connect_check_timer_, 0));
+  // What was handed to the loop before this point runs now, while the connections are open:
+  // a release among it is sent (begin() lets releases through), whatever else is refused.
+  // Run after the close, a release queued behind the shutdown (a grant's callback releasing
+  // while ~Client ran on another thread) was answered `cancelled` and never sent: its key
+  // stayed for its whole ttl (a review: 310 in 30 rounds). Later posts are refused at once.
+  loop_->refuse_posts_and_run_accepted();
+  // After the tasks above (a Lease's release task finds its Client there and begins it), and
+  // before the loop closes: the leases must not post to it from now on.
+  stop_leases();
   masters_.close();
   watch_.close();
   for (auto& [id, op] : operations_) op->round.reset();  // cut op <-> round cycles
@@ -212,7 +220,7 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
       masters_.released_elsewhere(owner_of(op->key, op->release().token));
     }
   }
-  if (shutting_down_ && !op->internal()) {
+  if (shutting_down_ && !op->internal() && kind != RoundKind::release) {
     refused.outcome = Outcome::cancelled;
     refused.message = "the client is shutting down";
   } else if (kind == RoundKind::acquire) {

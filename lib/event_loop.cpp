@@ -175,10 +175,41 @@ void EventLoop::drain_queue() {
     batch.swap(queue_);
     queue_.swap(spare_);
   }
-  for (auto& task : batch) task();
+  run_batch(batch);
   batch.clear();
   const std::lock_guard guard(queue_mutex_);
   if (spare_.capacity() < batch.capacity()) spare_.swap(batch);
+}
+
+void EventLoop::run_batch(std::vector<Task>& batch) {
+  // By index, kept where refuse_posts_and_run_accepted() (from one of these tasks) can go on
+  // with the rest and leave nothing for this loop to run twice.
+  Running running{&batch, 0, running_};
+  running_ = &running;
+  while (running.next < batch.size()) {
+    Task& task = batch[running.next++];
+    task();
+  }
+  running_ = running.outer;
+}
+
+void EventLoop::refuse_posts_and_run_accepted() {
+  {
+    const std::lock_guard guard(queue_mutex_);
+    closing_ = true;
+  }
+  // The outermost batch was taken from the queue first: its tasks were posted before the
+  // inner ones'. (Batches nest only through this function and close(), called from a task.)
+  std::vector<Running*> batches;
+  for (Running* running = running_; running != nullptr; running = running->outer) batches.push_back(running);
+  for (auto it = batches.rbegin(); it != batches.rend(); ++it) {
+    Running& running = **it;
+    while (running.next < running.batch->size()) {
+      Task& task = (*running.batch)[running.next++];
+      task();
+    }
+  }
+  drain_queue();
 }
 
 EventLoop::TimerId EventLoop::schedule_at(std::uint64_t deadline_ns, Task task) {
@@ -269,11 +300,7 @@ void EventLoop::on_check(uv_check_t* handle) {
 }
 
 void EventLoop::close() {
-  {
-    const std::lock_guard guard(queue_mutex_);
-    closing_ = true;
-  }
-  drain_queue();
+  refuse_posts_and_run_accepted();
   timers_.clear();
   timer_deadlines_.clear();
   after_io_.clear();

@@ -119,7 +119,8 @@ Lock LeaseCore::lock() const {
 
 bool LeaseCore::post(EventLoop::Task task) {
   const std::lock_guard guard(mutex_);
-  // While client_ is set the Client has not begun to close its loop (it clears client_ first).
+  // While client_ is set the Client has not closed its loop (it clears client_ first); a post
+  // it refuses (its shutdown has begun) returns false.
   return client_ != nullptr && client_->loop().post(std::move(task));
 }
 

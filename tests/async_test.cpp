@@ -13,6 +13,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -232,6 +233,82 @@ TEST(AsyncTest, AReleaseCutShortByTheClientsShutdownSaysSo) {
     EXPECT_NE(result.message.find("shut down"), std::string::npos) << result.message;
   }
   EXPECT_TRUE(eventually([&] { return with_key(masters, held.lock->key) == 0; }, 2s));
+}
+
+// What a caller is told is its lock, it can release, also while ~Client runs on another
+// thread: a grant's callback that calls release_async after ~Client posted its shutdown (a
+// review: 310 keys left on every master in 30 rounds, each of a lock granted and then
+// released in its callback, the releases answered `cancelled` and never sent). The release
+// is begun before the connections close, best effort, like a Lease's.
+TEST(AsyncTest, AReleaseFromAGrantsCallbackWhileTheClientIsDestroyedIsSent) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.ttl = 60s;
+  options.max_lock_ttl = 60s;
+  auto client = std::make_unique<Client>(options);
+  ASSERT_TRUE(client->wait_connected(3, 5s));
+  Client* const raw = client.get();  // ~Client runs on `destroyer` while the callback uses it
+  std::promise<Result> granted;
+  std::promise<Result> released;
+  std::promise<void> destroying;
+  std::thread destroyer;
+  raw->acquire_async("released-in-callback", [&](Result r) {
+    if (r.lock) {
+      destroyer = std::thread([&] {
+        destroying.set_value();
+        client.reset();  // posts the shutdown behind this callback, then waits for the loop
+      });
+      destroying.get_future().wait();
+      std::this_thread::sleep_for(200ms);  // ~Client posts its shutdown first thing: queued by now
+      raw->release_async(*r.lock, [&](Result answer) { released.set_value(std::move(answer)); });
+    }
+    granted.set_value(std::move(r));
+  });
+  const Result held = granted.get_future().get();
+  ASSERT_TRUE(held) << format_result(held);
+  destroyer.join();
+  auto answer = released.get_future();
+  ASSERT_EQ(answer.wait_for(0s), std::future_status::ready);
+  const Result result = answer.get();
+  if (result.outcome != Outcome::released) {  // the replies may have come before the close
+    EXPECT_EQ(result.outcome, Outcome::cancelled) << format_result(result);
+    EXPECT_NE(result.message.find("written to the connected masters"), std::string::npos) << result.message;
+  }
+  EXPECT_TRUE(eventually([&] { return with_key(masters, held.lock->key) == 0; }, 2s))
+      << with_key(masters, held.lock->key) << " masters still hold the key of a released lock (ttl 60 s)";
+}
+
+// The same on a caller's loop: the release is queued when the caller destroys the Client
+// between two runs of its loop.
+TEST(AsyncTest, AReleaseQueuedWhenTheClientIsDestroyedOnACallersLoopIsSent) {
+  RedisServerGroup masters(3);
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  std::optional<Result> held;
+  std::optional<Result> released;
+  {
+    auto options = options_for(masters);
+    options.loop = &loop;
+    options.ttl = 60s;
+    options.max_lock_ttl = 60s;
+    Client client(options);
+    client.acquire_async("queued-at-shutdown", [&](Result r) {
+      if (r.lock) client.release_async(*r.lock, [&](Result answer) { released = std::move(answer); });
+      held = std::move(r);
+    });
+    while (!held) uv_run(&loop, UV_RUN_ONCE);
+    ASSERT_TRUE(*held) << format_result(*held);
+    if (released) GTEST_SKIP() << "the loop ran the release before the Client was destroyed";
+  }  // ~Client with the release's task queued, the loop not running
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_EQ(detail::close_uv_loop(&loop), 0);
+  ASSERT_TRUE(released.has_value());
+  if (released->outcome != Outcome::released) {
+    EXPECT_EQ(released->outcome, Outcome::cancelled) << format_result(*released);
+    EXPECT_NE(released->message.find("written to the connected masters"), std::string::npos) << released->message;
+  }
+  EXPECT_TRUE(eventually([&] { return with_key(masters, held->lock->key) == 0; }, 2s))
+      << with_key(masters, held->lock->key) << " masters still hold the key of a released lock (ttl 60 s)";
 }
 
 TEST(AsyncTest, ExceptionsFromCallbacksStayInTheLibrary) {

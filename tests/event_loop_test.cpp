@@ -124,6 +124,32 @@ TEST(EventLoopTest, ATaskCancelledByAnEarlierTaskOfThePassDoesNotRun) {
   loop.join();
 }
 
+// refuse_posts_and_run_accepted() from a task runs what was posted behind that task in the
+// same batch (a Client's shutdown: a release queued behind it must be sent before the
+// connections close), each task once, in posting order; later posts are refused.
+TEST(EventLoopTest, WhatWasAcceptedRunsOnceBeforeTheRefusalReturns) {
+  uv_loop_t uv;
+  ASSERT_EQ(uv_loop_init(&uv), 0);
+  std::string order;
+  {
+    EventLoop loop(&uv);  // a caller's loop: the three posts wait for one batch
+    ASSERT_TRUE(loop.post([&] {
+      order += "S(";
+      loop.refuse_posts_and_run_accepted();
+      order += ")";
+      EXPECT_FALSE(loop.post([&] { order += "late"; }));
+    }));
+    ASSERT_TRUE(loop.post([&] { order += 'R'; }));
+    ASSERT_TRUE(loop.post([&] { order += 'T'; }));
+    uv_run(&uv, UV_RUN_NOWAIT);
+    EXPECT_EQ(order, "S(RT)");
+    loop.close();
+    EXPECT_EQ(order, "S(RT)");
+  }
+  uv_run(&uv, UV_RUN_DEFAULT);
+  EXPECT_EQ(uv_loop_close(&uv), 0);
+}
+
 // Descriptors held open so that exactly as many as a test wants are left under a lowered
 // RLIMIT_NOFILE (ctest and the runtime leave gaps in the low numbers, so "lowest first" alone
 // would not say how many are free).

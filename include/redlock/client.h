@@ -52,9 +52,13 @@ class Client {
   // would reset it and the master drop what it had not read. The loop thread (or the
   // caller's loop) runs until then, so ~Client may wait that long for a master that is slow.
   // The release of a Lease destroyed (or released) before it is sent first, best effort: to
-  // the masters whose connection is ready at that moment. A Lease released while ~Client runs
-  // on another thread may be cancelled instead; a plain release_async is an operation like
-  // any other.
+  // the masters whose connection is ready at that moment. A release (release_async, or a
+  // Lease's) that reached the loop before the shutdown ran there, also one queued behind it
+  // (a grant's callback releasing while ~Client runs on another thread), is sent before the
+  // connections close; its callback then says `released`, or `cancelled` with "written to
+  // the connected masters" when the close came before a quorum's replies. One submitted
+  // after that is answered `cancelled` ("the client is shutting down") at once and sent
+  // nowhere: the key stays until its ttl.
   // With the Client's own loop: joins the loop thread; must not be called from a callback
   // (that would wait for itself: it prints why and aborts).
   // With a caller's loop: must be called on that loop's thread (or while it is not

@@ -79,8 +79,15 @@ class EventLoop {
   // Own thread: waits until the loop thread has finished (after close() ran on it).
   void join();
 
-  // Loop thread only. Drops pending timers, runs tasks still queued (so that waiters get
-  // their answers), and closes the loop's own handles. Sockets are closed by their owners.
+  // Loop thread only. From now on post() refuses every task; runs every task it accepted
+  // that has not run yet, in posting order: the rest of a batch being run (when called from
+  // one of its tasks) first, then the queue. A Client's shutdown calls it while its
+  // connections are still open, so that a release queued behind the shutdown is sent.
+  void refuse_posts_and_run_accepted();
+
+  // Loop thread only. refuse_posts_and_run_accepted() (so that waiters get their answers),
+  // then drops pending timers and closes the loop's own handles. Sockets are closed by their
+  // owners.
   void close();
 
  private:
@@ -92,6 +99,7 @@ class EventLoop {
   static void on_prepare(uv_prepare_t* handle);
   static void on_check(uv_check_t* handle);
   void drain_queue();
+  void run_batch(std::vector<Task>& batch);
   void wake() noexcept;  // the eventfd write, unless one is already pending (any thread)
   void run_timers();
   void arm_timer();
@@ -116,6 +124,14 @@ class EventLoop {
   std::vector<Task> queue_;  // guarded by queue_mutex_
   std::vector<Task> spare_;  // guarded by queue_mutex_: an empty vector whose capacity the queue reuses
   bool closing_ = false;     // guarded by queue_mutex_
+  // Loop thread only: the batches being run (run_batch), innermost first, each with the index
+  // of its next task; refuse_posts_and_run_accepted() runs their rest.
+  struct Running {
+    std::vector<Task>* batch;
+    std::size_t next;
+    Running* outer;
+  };
+  Running* running_ = nullptr;
 
   // Loop thread only.
   // The timer maps' nodes come from a pool and go back to it: a timer costs no heap
