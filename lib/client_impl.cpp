@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdio>
 #include <future>
 #include <utility>
@@ -392,13 +393,22 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
       if (success) result.outcome = Outcome::released;
       if (!success && shutting_down_ && result.outcome == Outcome::quorum_unreachable) {
         // The connections closed under it (~Client), not the masters: its commands were written
-        // at the close (a release then ~Client on one thread deleted every key, and said
-        // "quorum_unreachable: 0 of 3 masters agreed").
+        // at the close where a connection was ready (a release then ~Client on one thread
+        // deleted every key, and said "quorum_unreachable: 0 of 3 masters agreed"), and dropped
+        // unsent where one was still in its handshake (review 43: "written to the connected
+        // masters" was said of those too).
         result.outcome = Outcome::cancelled;
-        result.message =
-            "the Client shut down before a quorum answered; the release was written to the "
-            "connected masters, whether it ran there is unknown (" +
-            result.message + ")";
+        const int written = std::popcount(round.handed_over() & masters_.ready_when_closed());
+        const std::string tally = std::move(result.message);
+        result.message = written == 0
+                             ? "the Client shut down before the release was sent: it was written to none of the " +
+                                   std::to_string(size) +
+                                   " masters (their connections were not ready); the key "
+                                   "stays until its ttl (" +
+                                   tally + ")"
+                             : "the Client shut down before a quorum answered; the release was written to " +
+                                   std::to_string(written) + " of " + std::to_string(size) +
+                                   " masters, whether it ran there is unknown (" + tally + ")";
       }
       if (success && !op->internal()) note_release(*op, round);
       if (op->internal()) warn_failed_release(*op, result);

@@ -660,11 +660,14 @@ void Connection::close() {
       linger(std::move(socket_), due - now);
     }
   }
+  // A connection not ready held its commands for the handshake: they are dropped unsent.
+  const bool written = state_ == State::ready;
   if (reconnect_timer_ != 0) loop_.cancel(std::exchange(reconnect_timer_, 0));
   close_socket();
   state_ = State::closed;
   last_error_ = "client closed";
-  fail_pending(last_error_);
+  fail_pending(written ? "client closed before the reply was read (the command was written)"
+                       : "client closed: the command was never sent (the connection was not ready)");
 }
 
 // The socket says it is done writing (a FIN once the queued writes are out), drops whatever

@@ -44,6 +44,10 @@ void MasterSet::start() {
 
 void MasterSet::close() {
   closed_ = true;
+  // All read before the first close: closing one fails its commands, which can decide a round.
+  for (std::size_t i = 0; i < connections_.size(); ++i) {
+    if (connections_[i]->ready()) ready_when_closed_ |= std::uint64_t{1} << i;
+  }
   for (auto& timer : read_timers_) {
     if (timer != 0) loop_.cancel(std::exchange(timer, 0));
   }

@@ -73,9 +73,10 @@ void Round::start() {
       record(i, MasterStatus::not_connected, masters.last_error(i));
       never_sent_ |= bit;
       if (release) owe_release(i);
-    } else if (!masters.ready(i)) {
-      note_reconnecting(i);
+      continue;
     }
+    handed_over_ |= bit;
+    if (!masters.ready(i)) note_reconnecting(i);
   }
   command.clear();  // free again (the capacity stays)
   evaluate();

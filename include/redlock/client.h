@@ -55,10 +55,12 @@ class Client {
   // the masters whose connection is ready at that moment. A release (release_async, or a
   // Lease's) that reached the loop before the shutdown ran there, also one queued behind it
   // (a grant's callback releasing while ~Client runs on another thread), is sent before the
-  // connections close; its callback then says `released`, or `cancelled` with "written to
-  // the connected masters" when the close came before a quorum's replies. One submitted
-  // after that is answered `cancelled` ("the client is shutting down") at once and sent
-  // nowhere: the key stays until its ttl.
+  // connections close, to each master whose connection is ready then (one still in its
+  // handshake drops it unsent; its row says "never sent"). Its callback then says `released`,
+  // or, when the close came before a quorum's replies, `cancelled` with how many masters it
+  // was written to ("written to 2 of 3 masters": whether it ran there is unknown; "written to
+  // none": the key stays until its ttl). One submitted after that is answered `cancelled`
+  // ("the client is shutting down") at once and sent nowhere: the key stays until its ttl.
   // With the Client's own loop: joins the loop thread; must not be called from a callback
   // (that would wait for itself: it prints why and aborts).
   // With a caller's loop: must be called on that loop's thread (or while it is not

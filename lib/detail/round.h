@@ -138,6 +138,9 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   // (RoundArgs::never_sent): a release per refused SET would use up the release reserve that
   // the releases of the SETs that went in need.
   [[nodiscard]] std::uint64_t never_sent() const noexcept { return never_sent_; }
+  // The masters (bit i: master i) whose connection took the command in start(): written, or
+  // held for a handshake (MasterSet::ready_when_closed tells which were written at ~Client).
+  [[nodiscard]] std::uint64_t handed_over() const noexcept { return handed_over_; }
 
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) override;
 
@@ -178,6 +181,7 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   SmallArray<std::uint32_t> voted_in_;
   std::shared_ptr<LockState> granted_;  // see keep_late_grants
   std::uint64_t never_sent_ = 0;        // see never_sent()
+  std::uint64_t handed_over_ = 0;       // see handed_over()
   bool decided_ = false;
   // RoundDeadlines' list (in it from start() until close()).
   bool queued_ = false;
