@@ -151,7 +151,7 @@ void ClientImpl::destroy_from_callback(std::unique_ptr<ClientImpl> impl) {
 void ClientImpl::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  begin_lease_releases();  // before shutting_down_: begin() would refuse them
+  begin_lease_releases();  // first: a Lease destroyed before ~Client is released before anything else
   shutting_down_ = true;
   std::vector<OperationId> live;
   for (auto& [id, op] : operations_) {
@@ -398,7 +398,8 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
         // unsent where one was still in its handshake (review 43: "written to the connected
         // masters" was said of those too).
         result.outcome = Outcome::cancelled;
-        const int written = std::popcount(round.handed_over() & masters_.ready_when_closed());
+        // (Decided in its start() before the close, or by the close: MasterSet::ready_set.)
+        const int written = std::popcount(round.handed_over() & masters_.ready_set());
         const std::string tally = std::move(result.message);
         result.message = written == 0
                              ? "the Client shut down before the release was sent: it was written to none of the " +

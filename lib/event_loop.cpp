@@ -198,18 +198,19 @@ void EventLoop::refuse_posts_and_run_accepted() {
     const std::lock_guard guard(queue_mutex_);
     closing_ = true;
   }
-  // The outermost batch was taken from the queue first: its tasks were posted before the
-  // inner ones'. (Batches nest only through this function and close(), called from a task.)
-  std::vector<Running*> batches;
-  for (Running* running = running_; running != nullptr; running = running->outer) batches.push_back(running);
-  for (auto it = batches.rbegin(); it != batches.rend(); ++it) {
-    Running& running = **it;
-    while (running.next < running.batch->size()) {
-      Task& task = (*running.batch)[running.next++];
-      task();
-    }
-  }
+  run_rest(running_);
   drain_queue();
+}
+
+void EventLoop::run_rest(Running* running) {
+  if (running == nullptr) return;
+  // The outermost batch was taken from the queue first: its tasks were posted before the
+  // inner ones'. (Batches nest only through refuse_posts_and_run_accepted, from a task.)
+  run_rest(running->outer);
+  while (running->next < running->batch->size()) {
+    Task& task = (*running->batch)[running->next++];
+    task();
+  }
 }
 
 EventLoop::TimerId EventLoop::schedule_at(std::uint64_t deadline_ns, Task task) {

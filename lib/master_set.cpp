@@ -43,15 +43,22 @@ void MasterSet::start() {
 }
 
 void MasterSet::close() {
+  // Read before the first close: closing one fails its commands, which can decide a round.
+  ready_when_closed_ = ready_set();
   closed_ = true;
-  // All read before the first close: closing one fails its commands, which can decide a round.
-  for (std::size_t i = 0; i < connections_.size(); ++i) {
-    if (connections_[i]->ready()) ready_when_closed_ |= std::uint64_t{1} << i;
-  }
   for (auto& timer : read_timers_) {
     if (timer != 0) loop_.cancel(std::exchange(timer, 0));
   }
   for (auto& connection : connections_) connection->close();
+}
+
+std::uint64_t MasterSet::ready_set() const noexcept {
+  if (closed_) return ready_when_closed_;
+  std::uint64_t ready = 0;
+  for (std::size_t i = 0; i < connections_.size(); ++i) {
+    if (connections_[i]->ready()) ready |= std::uint64_t{1} << i;
+  }
+  return ready;
 }
 
 std::size_t MasterSet::ready_count() const noexcept {

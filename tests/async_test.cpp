@@ -283,6 +283,52 @@ TEST(AsyncTest, AReleaseCutShortByTheShutdownSaysWhereItWasNeverSent) {
   }
 }
 
+// A release decided in its start() during the shutdown (two masters' connections down: their
+// sends refused at once), before the connections close: it was written to the one ready master
+// all the same. Counted from the masters' state at the close, it said "written to none" (review
+// 44; the key was gone from master 2).
+TEST(AsyncTest, AReleaseDecidedAtItsStartDuringTheShutdownCountsTheReadyMasters) {
+  RedisServerGroup masters(3);
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  std::optional<Result> held;
+  std::optional<Result> released;
+  {
+    auto options = options_for(masters);
+    options.loop = &loop;
+    options.ttl = 60s;
+    options.max_lock_ttl = 60s;
+    options.reconnect_min = 10s;  // the two stay down
+    options.reconnect_max = 10s;
+    Client client(options);
+    client.acquire_async("decided-at-start", [&](Result r) { held = std::move(r); });
+    while (!held) uv_run(&loop, UV_RUN_ONCE);
+    ASSERT_TRUE(*held) << format_result(*held);
+    masters[0].kill();
+    masters[1].kill();
+    // Until the Client has seen both connections drop (a status read would say; the loop
+    // reads the EOFs within a few passes).
+    const auto give_up = std::chrono::steady_clock::now() + 5s;
+    std::optional<Result> probe;
+    while (std::chrono::steady_clock::now() < give_up) {
+      probe.reset();
+      client.extend_async(*held->lock, [&](Result r) { probe = std::move(r); });
+      while (!probe) uv_run(&loop, UV_RUN_ONCE);
+      if (probe->masters.size() == 3 && probe->masters[0].status == MasterStatus::not_connected &&
+          probe->masters[1].status == MasterStatus::not_connected) {
+        break;
+      }
+    }
+    client.release_async(*held->lock, [&](Result answer) { released = std::move(answer); });
+  }  // ~Client with the release queued: begun in the shutdown, decided in its start()
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_EQ(detail::close_uv_loop(&loop), 0);
+  ASSERT_TRUE(released.has_value());
+  EXPECT_EQ(released->outcome, Outcome::cancelled) << format_result(*released);
+  EXPECT_NE(released->message.find("written to 1 of 3 masters"), std::string::npos) << released->message;
+  EXPECT_TRUE(eventually([&] { return !get(masters[2], held->lock->key).has_value(); }, 2s));
+}
+
 // What a caller is told is its lock, it can release, also while ~Client runs on another
 // thread: a grant's callback that calls release_async after ~Client posted its shutdown (a
 // review: 310 keys left on every master in 30 rounds, each of a lock granted and then

@@ -99,7 +99,9 @@ class EventLoop {
   static void on_prepare(uv_prepare_t* handle);
   static void on_check(uv_check_t* handle);
   void drain_queue();
+  struct Running;  // below, with the queue
   void run_batch(std::vector<Task>& batch);
+  void run_rest(Running* running);  // the rest of `running` and of the batches outside it
   void wake() noexcept;  // the eventfd write, unless one is already pending (any thread)
   void run_timers();
   void arm_timer();

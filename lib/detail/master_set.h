@@ -44,10 +44,10 @@ class MasterSet {
   // Closes every connection (their outstanding sinks get a failure); no reconnect after.
   void close();
   [[nodiscard]] bool closed() const noexcept { return closed_; }
-  // After close(): the masters (bit i: master i) whose connection was ready when it closed,
-  // so that what they had queued was written (a connection not ready drops what it held for
-  // its handshake unsent).
-  [[nodiscard]] std::uint64_t ready_when_closed() const noexcept { return ready_when_closed_; }
+  // The masters (bit i: master i) whose connection is ready, so that what is queued there is
+  // written; after close(), those whose connection was ready when it closed (a connection not
+  // ready drops what it held for its handshake unsent).
+  [[nodiscard]] std::uint64_t ready_set() const noexcept;
 
   [[nodiscard]] std::uint32_t size() const noexcept { return size_; }
   [[nodiscard]] std::uint32_t quorum() const noexcept { return quorum_; }
@@ -150,7 +150,7 @@ class MasterSet {
   std::vector<Warned> warned_;
   std::vector<std::uint64_t> read_timers_;  // EventLoop::TimerId per master, 0 = none
   bool closed_ = false;
-  std::uint64_t ready_when_closed_ = 0;  // see ready_when_closed()
+  std::uint64_t ready_when_closed_ = 0;  // see ready_set()
 };
 
 }  // namespace redlock::detail

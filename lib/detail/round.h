@@ -139,7 +139,7 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   // the releases of the SETs that went in need.
   [[nodiscard]] std::uint64_t never_sent() const noexcept { return never_sent_; }
   // The masters (bit i: master i) whose connection took the command in start(): written, or
-  // held for a handshake (MasterSet::ready_when_closed tells which were written at ~Client).
+  // held for a handshake (MasterSet::ready_set tells which were written at ~Client).
   [[nodiscard]] std::uint64_t handed_over() const noexcept { return handed_over_; }
 
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) override;
