@@ -499,9 +499,10 @@ void define_interface(CLI::App& app, Args& args) {
   app.add_option("--command-timeout", args.command_timeout,
                  "Deadline for each master's reply in one round (default 50ms)")
       ->type_name("DURATION");
-  app.add_option("--prefix", args.prefix, "Prepended to the resource name to make the Redis key")
-      ->type_name("TEXT")
-      ->capture_default_str();
+  app.add_option("--prefix", args.prefix,
+                 "Prepended to the resource name to make the Redis key (default: $REDLOCK_PREFIX if set, else "
+                 "redlock:)")
+      ->type_name("TEXT");
   app.add_option("--max-lock-ttl", args.max_lock_ttl,
                  "The longest ttl any holder of these locks uses: a master that restarted less than this "
                  "long ago has forgotten locks, so its votes are not counted (default: --ttl rounded up to "
@@ -600,6 +601,7 @@ namespace {
 
 void finish_parse(const CLI::App& app, Args& args) {
   args.retry_count_given = app.count("--retry-count") > 0;
+  args.prefix_given = app.count("--prefix") > 0;
   args.conflict_exit_code_given = app.count("--conflict-exit-code") > 0;
   const auto chosen = app.get_subcommands();
   const std::string name = chosen.empty() ? std::string("acquire") : chosen.front()->get_name();
@@ -705,6 +707,7 @@ Settings resolve(const Args& args) {
   std::vector<FileSetting> file_settings;
   if (!args.masters.empty()) {
     client.masters = args.masters;
+    settings.masters_from_flags = true;
     settings.password_on_command_line = std::any_of(args.masters.begin(), args.masters.end(),
                                                     [](const std::string& uri) { return holds_password(uri); });
   } else if (!args.masters_file.empty() || (env_file != nullptr && *env_file != '\0')) {
@@ -762,7 +765,9 @@ Settings resolve(const Args& args) {
       throw UsageError("--command-timeout must be positive (got '" + printable(args.command_timeout) + "')");
     }
   }
-  client.key_prefix = args.prefix;
+  // `run` sets REDLOCK_PREFIX for its command, so a redlock inside finds the run's key.
+  const char* env_prefix = std::getenv("REDLOCK_PREFIX");
+  client.key_prefix = !args.prefix_given && env_prefix != nullptr ? std::string(env_prefix) : args.prefix;
   client.restart_guard = !args.no_restart_guard;
   if (!args.max_lock_ttl.empty()) client.max_lock_ttl = parse_duration(args.max_lock_ttl, "--max-lock-ttl");
 

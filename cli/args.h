@@ -33,7 +33,8 @@ struct Args {
   bool retry_count_given = false;
   std::string retry_delay;      // empty: library default
   std::string command_timeout;  // empty: library default
-  std::string prefix = "redlock:";
+  std::string prefix = "redlock:";  // when not given: $REDLOCK_PREFIX if set, else this
+  bool prefix_given = false;
   std::string max_lock_ttl;     // empty: library default (ttl rounded up to seconds, + 1 s)
   bool no_restart_guard = false;
   bool json = false;
@@ -83,6 +84,8 @@ struct Settings {
   // Absolute path of the masters file when the masters came from one (--masters-file or
   // REDLOCK_MASTERS_FILE): `run` passes it on to the command.
   std::string masters_file;
+  // The masters were given with -m/--master (`run` hands them on as REDLOCK_MASTERS).
+  bool masters_from_flags = false;
   // A -m/--master URI carries a password: it was visible in ps until the tool hid it.
   bool password_on_command_line = false;
 };

@@ -621,10 +621,8 @@ int RunSession::spawn_command() {
   argv.reserve(settings_.program.size() + 1);
   for (const auto& arg : settings_.program) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
-  std::vector<std::string> env_strings =
-      command_environment(settings_.resource, settings_.key, lock_.token,
-                          settings_.acquire.fencing ? std::optional<std::uint64_t>(lock_.fence) : std::nullopt,
-                          settings_.masters_file);
+  std::vector<std::string> env_strings = command_environment(
+      settings_, lock_.token, settings_.acquire.fencing ? std::optional<std::uint64_t>(lock_.fence) : std::nullopt);
   std::vector<char*> envp;
   envp.reserve(env_strings.size() + 1);
   for (auto& entry : env_strings) envp.push_back(entry.data());

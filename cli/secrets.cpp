@@ -270,27 +270,38 @@ MastersFile read_masters_file(const std::string& path, std::string_view origin) 
   return file;
 }
 
-std::vector<std::string> command_environment(std::string_view resource, std::string_view key, std::string_view token,
-                                             std::optional<std::uint64_t> fence, std::string_view masters_file) {
+std::vector<std::string> command_environment(const Settings& settings, std::string_view token,
+                                             std::optional<std::uint64_t> fence) {
+  const auto with_password = [](const std::vector<std::string>& uris) {
+    return std::any_of(uris.begin(), uris.end(), [](const std::string& uri) { return holds_password(uri); });
+  };
+  const bool from_file = !settings.masters_file.empty();
+  const bool from_flags = settings.masters_from_flags;
   std::vector<std::string> out;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string_view variable = *entry;
     const auto name = variable.substr(0, variable.find('='));
-    if (name == "REDLOCK_RESOURCE" || name == "REDLOCK_KEY" || name == "REDLOCK_TOKEN" || name == "REDLOCK_FENCE") {
+    if (name == "REDLOCK_RESOURCE" || name == "REDLOCK_KEY" || name == "REDLOCK_TOKEN" || name == "REDLOCK_FENCE" ||
+        name == "REDLOCK_PREFIX") {
       continue;
     }
-    if (name == "REDLOCK_MASTERS_FILE" && !masters_file.empty()) continue;
-    if (name == "REDLOCK_MASTERS") {
-      const auto uris = split_masters(variable.substr(name.size() + 1));
-      if (std::any_of(uris.begin(), uris.end(), [](const std::string& uri) { return holds_password(uri); })) continue;
+    if (name == "REDLOCK_MASTERS_FILE" && (from_file || from_flags)) continue;
+    if (name == "REDLOCK_MASTERS" && (from_flags || with_password(split_masters(variable.substr(name.size() + 1))))) {
+      continue;
     }
     out.emplace_back(variable);
   }
-  out.push_back("REDLOCK_RESOURCE=" + std::string(resource));
-  out.push_back("REDLOCK_KEY=" + std::string(key));
+  out.push_back("REDLOCK_RESOURCE=" + settings.resource);
+  out.push_back("REDLOCK_KEY=" + settings.key);
   out.push_back("REDLOCK_TOKEN=" + std::string(token));
+  out.push_back("REDLOCK_PREFIX=" + settings.client.key_prefix);
   if (fence) out.push_back("REDLOCK_FENCE=" + std::to_string(*fence));
-  if (!masters_file.empty()) out.push_back("REDLOCK_MASTERS_FILE=" + std::string(masters_file));
+  if (from_file) out.push_back("REDLOCK_MASTERS_FILE=" + settings.masters_file);
+  if (from_flags && !with_password(settings.client.masters)) {
+    std::string joined;
+    for (const auto& uri : settings.client.masters) joined += (joined.empty() ? "" : ",") + uri;
+    out.push_back("REDLOCK_MASTERS=" + joined);
+  }
   return out;
 }
 

@@ -14,6 +14,8 @@
 
 namespace redlock_cli {
 
+struct Settings;  // args.h
+
 // True when `uri` carries a password (a user-info part: "redis://[user:]password@...").
 // The library's own view: Endpoint::mask_uri changes it.
 [[nodiscard]] bool holds_password(std::string_view uri);
@@ -74,14 +76,17 @@ struct MastersFile {
 };
 [[nodiscard]] MastersFile read_masters_file(const std::string& path, std::string_view origin);
 
-// The environment for the command `run` starts: this process's, except that REDLOCK_MASTERS
-// is dropped when any URI in it carries a password, plus REDLOCK_RESOURCE, REDLOCK_KEY,
-// REDLOCK_TOKEN, REDLOCK_FENCE when there is a fencing token (an inherited one is dropped
-// otherwise: it belongs to another lock) and, when the masters came from a file,
-// REDLOCK_MASTERS_FILE (its absolute path: no secret, and a `redlock` inside the command finds
-// the masters through it).
-[[nodiscard]] std::vector<std::string> command_environment(std::string_view resource, std::string_view key,
-                                                           std::string_view token, std::optional<std::uint64_t> fence,
-                                                           std::string_view masters_file);
+// The environment for the command `run` starts: this process's, plus REDLOCK_RESOURCE,
+// REDLOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE when there is a fencing token (an inherited one is
+// dropped otherwise: it belongs to another lock) and REDLOCK_PREFIX, and the run's own masters,
+// so that a `redlock extend "$REDLOCK_RESOURCE" "$REDLOCK_TOKEN"` inside the command reaches
+// this lock (review 45: with --prefix or -m it went to another key or another fleet):
+// - from a file: REDLOCK_MASTERS_FILE, its absolute path (no secret);
+// - from -m: REDLOCK_MASTERS, the URIs joined with commas, unless one carries a password
+//   (then neither variable: a `redlock` inside says it has no masters); an inherited
+//   REDLOCK_MASTERS_FILE, which would take precedence, is dropped;
+// - from REDLOCK_MASTERS: kept, unless a URI in it carries a password.
+[[nodiscard]] std::vector<std::string> command_environment(const Settings& settings, std::string_view token,
+                                                           std::optional<std::uint64_t> fence);
 
 }  // namespace redlock_cli

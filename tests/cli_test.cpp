@@ -411,6 +411,26 @@ TEST_F(CliTest, RunHoldsTheLockWhileTheCommandRuns) {
   EXPECT_EQ(f.out, "nested=73\n") << describe(f);
 }
 
+// The command gets what it needs to extend the lock from inside: the key's prefix and the
+// masters, also when they were given as flags. Review 45: with --prefix, the inner `redlock
+// extend "$REDLOCK_RESOURCE" "$REDLOCK_TOKEN"` looked for redlock:job (exit 75; an inner
+// release said 0 and left the lock held), and with -m it used an inherited
+// REDLOCK_MASTERS_FILE naming another fleet.
+TEST_F(CliTest, ARedlockInsideRunFindsTheRunsPrefixAndMasters) {
+  TempDir dir;
+  const fs::path other = dir / "other-fleet";
+  write_file(other, "redis://127.0.0.1:1\n", fs::perms::owner_read | fs::perms::owner_write);
+  const std::string inner = cli_binary().string() + " --no-restart-guard -q --retry-count 0 ";
+  const std::string script = inner + "extend \"$REDLOCK_RESOURCE\" \"$REDLOCK_TOKEN\"; echo extend=$?; " + inner +
+                             "acquire \"$REDLOCK_RESOURCE\"; echo acquire=$?";
+  Process tool(with_masters({"--no-restart-guard", "--prefix", "app:", "run", "job", "--", "sh", "-c", script}),
+               {"REDLOCK_MASTERS_FILE=" + other.string()});
+  const Finished f = tool.wait();
+  EXPECT_EQ(f.exit_code, 0) << describe(f);
+  EXPECT_EQ(f.out, "extend=0\nacquire=73\n") << describe(f);
+  EXPECT_TRUE(eventually([&] { return masters_holding("app:job") == 0; }));
+}
+
 TEST_F(CliTest, RunExtendsTheLeaseWhileTheCommandOutlivesTheTtl) {
   // A 300 ms lease leaves ~200 ms for each extend, which an overloaded machine (sanitizers,
   // parallel ctest) can miss; the tool then correctly gives up with 75. So a run that lost
@@ -2295,6 +2315,16 @@ TEST_F(CliSecretsTest, RunGivesTheCommandTheLockButNoPassword) {
   EXPECT_NE(f.out.find("REDLOCK_RESOURCE=job\n"), std::string::npos) << f.out;
   EXPECT_NE(f.out.find("REDLOCK_KEY=redlock:job\n"), std::string::npos) << f.out;
   EXPECT_TRUE(std::regex_search(f.out, std::regex("(^|\n)REDLOCK_TOKEN=[0-9a-f]{32}\n"))) << f.out;
+  EXPECT_NE(f.out.find("REDLOCK_PREFIX=redlock:\n"), std::string::npos) << f.out;
+
+  // -m URIs with a password are not handed on, and no inherited masters variable either (it
+  // could name another fleet): a redlock inside says it has no masters.
+  const Finished from_flags =
+      run_and_check("env, -m", args_for(good, {"--no-restart-guard", "run", "job", "--", "env"}),
+                    {"REDLOCK_MASTERS_FILE=/nonexistent/other-fleet"});
+  EXPECT_EQ(from_flags.exit_code, 0) << describe(from_flags);
+  EXPECT_EQ(from_flags.out.find("REDLOCK_MASTERS"), std::string::npos) << from_flags.out;
+  EXPECT_EQ(from_flags.out.find(kPassword), std::string::npos) << from_flags.out;
 
   // With a masters file the command gets its path, so a redlock inside it finds the masters.
   const fs::path file = dir / "masters";
