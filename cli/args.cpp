@@ -337,6 +337,12 @@ std::string in_cli_terms(std::string_view library_text) {
       {") is below ttl (", ") is below --ttl ("},
       {"ClientOptions.key_prefix", "--prefix"},
       {"with key_prefix '", "with --prefix '"},
+      // Review 45: these were named by the library's field ("ClientOptions.ttl 1 ms is ...").
+      {"ClientOptions.ttl ", "--ttl "},
+      {"ClientOptions.retry_delay", "--retry-delay"},
+      {"ClientOptions.retry_jitter", "--retry-delay's jitter (half of it)"},
+      {"ClientOptions.command_timeout", "--command-timeout"},
+      {"ClientOptions.max_lock_ttl", "--max-lock-ttl"},
   };
   std::string out(library_text);
   for (const auto& [from, to] : kTerms) {
@@ -769,7 +775,13 @@ Settings resolve(const Args& args) {
   const char* env_prefix = std::getenv("REDLOCK_PREFIX");
   client.key_prefix = !args.prefix_given && env_prefix != nullptr ? std::string(env_prefix) : args.prefix;
   client.restart_guard = !args.no_restart_guard;
-  if (!args.max_lock_ttl.empty()) client.max_lock_ttl = parse_duration(args.max_lock_ttl, "--max-lock-ttl");
+  if (!args.max_lock_ttl.empty()) {
+    client.max_lock_ttl = parse_duration(args.max_lock_ttl, "--max-lock-ttl");
+    // 0 is the library's "not set" (the default from the ttl): as a value typed here it is a mistake.
+    if (client.max_lock_ttl.count() == 0) {
+      throw UsageError("--max-lock-ttl must be positive (got '" + printable(args.max_lock_ttl) + "')");
+    }
+  }
 
   if (!args.kill_after.empty()) {
     settings.kill_after = parse_duration(args.kill_after, "--kill-after");

@@ -1195,6 +1195,21 @@ TEST_F(CliTest, BadDurationExits64NamingTheValue) {
   EXPECT_EQ(wait.exit_code, 64) << describe(wait);
   EXPECT_NE(wait.err.find("'3 parsecs'"), std::string::npos) << wait.err;
   EXPECT_EQ(masters_holding("redlock:job"), 0u);
+
+  // Values the tool parses but the library refuses are named by their flag, not by the
+  // library's field (review 45: "ClientOptions.ttl ..."); a zero --max-lock-ttl was taken as
+  // the default without a word.
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{{"--ttl", "1ms"},
+                                                                                    {"--ttl", "8784h"},
+                                                                                    {"--retry-delay", "8784h"},
+                                                                                    {"--command-timeout", "8784h"},
+                                                                                    {"--max-lock-ttl", "0"}}) {
+    const Finished refused = redlock({flag, value, "acquire", "job"});
+    EXPECT_EQ(refused.exit_code, 64) << flag << " " << value << ": " << describe(refused);
+    EXPECT_NE(refused.err.find(flag), std::string::npos) << flag << " " << value << ": " << refused.err;
+    EXPECT_EQ(refused.err.find("ClientOptions"), std::string::npos) << flag << " " << value << ": " << refused.err;
+  }
+  EXPECT_EQ(masters_holding("redlock:job"), 0u);
 }
 
 TEST_F(CliTest, BadUriExits64NamingTheUriButNotThePassword) {
