@@ -25,6 +25,16 @@
 namespace redlock::testing {
 namespace {
 
+// Options for a lock that outlives the test (ttl 60 s), so that a key left behind shows; on
+// the caller's `loop` when given.
+ClientOptions lasting_options(const RedisServerGroup& masters, uv_loop_t* loop = nullptr) {
+  auto options = options_for(masters);
+  options.loop = loop;
+  options.ttl = 60s;
+  options.max_lock_ttl = 60s;
+  return options;
+}
+
 TEST(AsyncTest, CallbackRunsOnceOnTheLoopThread) {
   RedisServerGroup masters(3);
   Client client(options_for(masters));
@@ -241,9 +251,7 @@ TEST(AsyncTest, AReleaseCutShortByTheClientsShutdownSaysSo) {
 // 10, the key left on every master). It says which were written and which not.
 TEST(AsyncTest, AReleaseCutShortByTheShutdownSaysWhereItWasNeverSent) {
   RedisServerGroup masters(3);
-  auto options = options_for(masters);
-  options.ttl = 60s;
-  options.max_lock_ttl = 60s;
+  auto options = lasting_options(masters);
   options.command_timeout = 2s;
   Client holder(options);
   const Result held = holder.acquire("never-sent-at-shutdown");
@@ -294,10 +302,7 @@ TEST(AsyncTest, AReleaseDecidedAtItsStartDuringTheShutdownCountsTheReadyMasters)
   std::optional<Result> held;
   std::optional<Result> released;
   {
-    auto options = options_for(masters);
-    options.loop = &loop;
-    options.ttl = 60s;
-    options.max_lock_ttl = 60s;
+    auto options = lasting_options(masters, &loop);
     options.reconnect_min = 10s;  // the two stay down
     options.reconnect_max = 10s;
     Client client(options);
@@ -336,9 +341,7 @@ TEST(AsyncTest, AReleaseDecidedAtItsStartDuringTheShutdownCountsTheReadyMasters)
 // is begun before the connections close, best effort, like a Lease's.
 TEST(AsyncTest, AReleaseFromAGrantsCallbackWhileTheClientIsDestroyedIsSent) {
   RedisServerGroup masters(3);
-  auto options = options_for(masters);
-  options.ttl = 60s;
-  options.max_lock_ttl = 60s;
+  auto options = lasting_options(masters);
   auto client = std::make_unique<Client>(options);
   ASSERT_TRUE(client->wait_connected(3, 5s));
   Client* const raw = client.get();  // ~Client runs on `destroyer` while the callback uses it
@@ -381,10 +384,7 @@ TEST(AsyncTest, AReleaseQueuedWhenTheClientIsDestroyedOnACallersLoopIsSent) {
   std::optional<Result> held;
   std::optional<Result> released;
   {
-    auto options = options_for(masters);
-    options.loop = &loop;
-    options.ttl = 60s;
-    options.max_lock_ttl = 60s;
+    auto options = lasting_options(masters, &loop);
     Client client(options);
     client.acquire_async("queued-at-shutdown", [&](Result r) {
       if (r.lock) client.release_async(*r.lock, [&](Result answer) { released = std::move(answer); });
