@@ -318,7 +318,9 @@ void resolve_tls(const Args& args, const std::vector<FileSetting>& file_settings
   client.allow_mixed_tls = mixed_allowed;
 }
 
-std::string in_cli_terms(std::string_view library_text) {
+std::string_view prefix_name(const Args& args) { return args.prefix_from_env ? "REDLOCK_PREFIX" : "--prefix"; }
+
+std::string in_cli_terms(std::string_view library_text, std::string_view prefix_source) {
   // Longest first where one name starts another.
   static constexpr std::pair<std::string_view, std::string_view> kTerms[] = {
       {"TlsOptions::cert_file and key_file", "--tls-cert and --tls-key"},
@@ -335,8 +337,6 @@ std::string in_cli_terms(std::string_view library_text) {
       {"ClientOptions.allow_mixed_tls", "--allow-mixed-tls"},
       {"ClientOptions.max_lock_ttl (", "--max-lock-ttl ("},
       {") is below ttl (", ") is below --ttl ("},
-      {"ClientOptions.key_prefix", "--prefix"},
-      {"with key_prefix '", "with --prefix '"},
       // Review 45: these were named by the library's field ("ClientOptions.ttl 1 ms is ...").
       {"ClientOptions.ttl ", "--ttl "},
       {"ClientOptions.retry_delay", "--retry-delay"},
@@ -345,11 +345,15 @@ std::string in_cli_terms(std::string_view library_text) {
       {"ClientOptions.max_lock_ttl", "--max-lock-ttl"},
   };
   std::string out(library_text);
-  for (const auto& [from, to] : kTerms) {
+  const auto replace_all = [&out](std::string_view from, std::string_view to) {
     for (auto at = out.find(from); at != std::string::npos; at = out.find(from, at + to.size())) {
       out.replace(at, from.size(), to);
     }
-  }
+  };
+  for (const auto& [from, to] : kTerms) replace_all(from, to);
+  // Named after where the prefix came from.
+  replace_all("ClientOptions.key_prefix", prefix_source);
+  replace_all("with key_prefix '", "with " + std::string(prefix_source) + " '");
   return out;
 }
 
@@ -608,6 +612,11 @@ namespace {
 void finish_parse(const CLI::App& app, Args& args) {
   args.retry_count_given = app.count("--retry-count") > 0;
   args.prefix_given = app.count("--prefix") > 0;
+  // `run` sets REDLOCK_PREFIX for its command, so a redlock inside finds the run's key.
+  if (const char* env_prefix = std::getenv("REDLOCK_PREFIX"); !args.prefix_given && env_prefix != nullptr) {
+    args.prefix = env_prefix;
+    args.prefix_from_env = true;
+  }
   args.conflict_exit_code_given = app.count("--conflict-exit-code") > 0;
   const auto chosen = app.get_subcommands();
   const std::string name = chosen.empty() ? std::string("acquire") : chosen.front()->get_name();
@@ -771,9 +780,7 @@ Settings resolve(const Args& args) {
       throw UsageError("--command-timeout must be positive (got '" + printable(args.command_timeout) + "')");
     }
   }
-  // `run` sets REDLOCK_PREFIX for its command, so a redlock inside finds the run's key.
-  const char* env_prefix = std::getenv("REDLOCK_PREFIX");
-  client.key_prefix = !args.prefix_given && env_prefix != nullptr ? std::string(env_prefix) : args.prefix;
+  client.key_prefix = args.prefix;
   client.restart_guard = !args.no_restart_guard;
   if (!args.max_lock_ttl.empty()) {
     client.max_lock_ttl = parse_duration(args.max_lock_ttl, "--max-lock-ttl");

@@ -34,7 +34,8 @@ struct Args {
   std::string retry_delay;      // empty: library default
   std::string command_timeout;  // empty: library default
   std::string prefix = "redlock:";  // when not given: $REDLOCK_PREFIX if set, else this
-  bool prefix_given = false;
+  bool prefix_given = false;        // --prefix was given
+  bool prefix_from_env = false;     // the prefix is $REDLOCK_PREFIX's
   std::string max_lock_ttl;     // empty: library default (ttl rounded up to seconds, + 1 s)
   bool no_restart_guard = false;
   bool json = false;
@@ -102,7 +103,10 @@ void resolve_tls(const Args& args, const std::vector<FileSetting>& file_settings
 
 // The library's names for the TLS settings in its messages (TlsOptions::ca_file,
 // ClientOptions.allow_mixed_tls, ...) replaced by the tool's flags (--tls-ca-file, ...).
-[[nodiscard]] std::string in_cli_terms(std::string_view library_text);
+// `prefix_source`: where the key prefix came from ("--prefix" or "REDLOCK_PREFIX").
+[[nodiscard]] std::string in_cli_terms(std::string_view library_text, std::string_view prefix_source = "--prefix");
+// "REDLOCK_PREFIX" when the prefix came from there, else "--prefix".
+[[nodiscard]] std::string_view prefix_name(const Args& args);
 
 // The warning printed whenever --tls-insecure-skip-verify is used (even with --quiet).
 inline constexpr const char* kInsecureWarning =

@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
     return report_error(args.json, command, "usage_error", error.what(), kExitUsage, {}, &args);
   } catch (const redlock::ConfigError& error) {
     // The library names its own fields (TlsOptions::ca_file); the user typed flags.
-    return report_error(args.json, command, "usage_error", in_cli_terms(error.what()), kExitUsage, {}, &args);
+    return report_error(args.json, command, "usage_error", in_cli_terms(error.what(), prefix_name(args)), kExitUsage,
+                        {}, &args);
   } catch (const std::exception& error) {
     return report_error(args.json, command, "internal_error", std::string("internal error: ") + error.what(),
                         kExitSoftware, {}, &args);

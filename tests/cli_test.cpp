@@ -1212,6 +1212,26 @@ TEST_F(CliTest, BadDurationExits64NamingTheValue) {
   EXPECT_EQ(masters_holding("redlock:job"), 0u);
 }
 
+// A prefix from REDLOCK_PREFIX is named so when it is refused, and an error's JSON names the key
+// made with it: the error said "--prefix", which was never typed, and the key "redlock:job".
+TEST_F(CliTest, APrefixFromTheEnvironmentIsNamedByItsVariable) {
+  const Finished long_prefix =
+      Process(with_masters({"acquire", "job"}), {"REDLOCK_PREFIX=" + std::string(300, 'p')}).wait();
+  EXPECT_EQ(long_prefix.exit_code, 64) << describe(long_prefix);
+  EXPECT_NE(long_prefix.err.find("REDLOCK_PREFIX is 300 bytes"), std::string::npos) << long_prefix.err;
+  EXPECT_EQ(long_prefix.err.find("--prefix"), std::string::npos) << long_prefix.err;
+
+  const Finished typed = redlock({"--prefix", std::string(300, 'p'), "acquire", "job"});
+  EXPECT_EQ(typed.exit_code, 64) << describe(typed);
+  EXPECT_NE(typed.err.find("--prefix is 300 bytes"), std::string::npos) << typed.err;
+
+  const Finished refused =
+      Process(with_masters({"--json", "--ttl", "1ms", "acquire", "job"}), {"REDLOCK_PREFIX=app:"}).wait();
+  EXPECT_EQ(refused.exit_code, 64) << describe(refused);
+  EXPECT_NE(refused.out.find("\"key\":\"app:job\""), std::string::npos) << refused.out;
+  EXPECT_EQ(masters_holding("app:job"), 0u);
+}
+
 TEST_F(CliTest, BadUriExits64NamingTheUriButNotThePassword) {
   Process bad_scheme({"-m", "http://localhost:6379", "acquire", "job"});
   const Finished scheme = bad_scheme.wait();
