@@ -18,6 +18,9 @@ class OwedReleases::Resend final : public ReplySink {
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view) override {
     if (reply == nullptr && !owner_.masters_.closed()) (void)owner_.owe(index, std::move(entry_.encoded), entry_.until_ns);
   }
+  [[nodiscard]] std::string_view encoded() const noexcept { return entry_.encoded; }
+  // The send was refused (the sink was not kept): owed again.
+  void owe_again(std::uint32_t index) { (void)owner_.owe(index, std::move(entry_.encoded), entry_.until_ns); }
 
  private:
   OwedReleases& owner_;
@@ -53,10 +56,8 @@ void OwedReleases::on_ready(std::uint32_t index) {
   const std::uint64_t late_after = deadline_after(now, command_timeout_);
   for (auto& entry : owed) {
     if (entry.until_ns <= now) continue;
-    const std::string encoded = entry.encoded;
-    const std::uint64_t until_ns = entry.until_ns;
     auto sink = std::make_shared<Resend>(*this, std::move(entry));
-    if (!masters_.send(index, encoded, std::move(sink), late_after, true)) (void)owe(index, encoded, until_ns);
+    if (!masters_.send(index, sink->encoded(), sink, late_after, true)) sink->owe_again(index);
   }
 }
 
