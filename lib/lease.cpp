@@ -280,7 +280,11 @@ bool LeaseCore::declare_loss(LossReason& reason, Lock& lock, bool only_if_due) {
     // the copies): taken, from the moment the release was submitted (a review: the holder heard
     // "held" until the next renewal while another Client was granted).
     const auto& state = LockAccess::state(lock_);
-    if (state && state->released.load(std::memory_order_acquire)) {
+    if (state && state->lost.load(std::memory_order_acquire)) {
+      // Marked lost by the loop, which declares it to each Lease in turn: a holder asking in
+      // between hears it from the Lock (review 46).
+      reason = state->lost_because();
+    } else if (state && state->released.load(std::memory_order_acquire)) {
       reason = LossReason::taken;
     } else if (client_->clock().now() < lock_.deadline - settings_.margin) {
       // Checked under the mutex, with the deadline of the last grant (a renewal the loop just

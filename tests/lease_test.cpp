@@ -448,6 +448,52 @@ TEST(LeaseTest, LossIsSignalledAtOnceWhenAMajorityRestartsUnderTheRestartGuard) 
   EXPECT_GT(loss.lead("majority restarted").count(), 0);
 }
 
+// Once a Lock reads lost, every Lease of it does. The loop marks the Lock lost, then declares
+// the loss to its Leases one by one; a holder asking its Lease in between heard "held" (review
+// 46; the gap widened here by many Leases of one Lock, the last declared last).
+TEST(LeaseTest, ALeaseSaysLostOnceItsLockDoes) {
+  RedisServerGroup masters(3);
+  auto options = lease_options(masters);
+  options.restart_guard = true;
+  options.ttl = 2000ms;
+  options.max_lock_ttl = 2000ms;
+  Client client(options);
+  ASSERT_TRUE(eventually(
+      [&] {
+        const Result r = client.acquire("warm-up");
+        if (r) client.release(*r.lock);
+        return r.ok() && r.count(MasterStatus::not_counted) == 0;
+      },
+      10s));
+  const Result held = client.acquire("lost-together");
+  ASSERT_TRUE(held) << format_result(held);
+  ASSERT_TRUE(eventually([&] { return holding(masters, held.lock->key, held.lock->token) == 3u; }));
+  std::vector<Lease> leases;
+  LeaseOptions lease_opts;
+  lease_opts.renew_fraction = 0.6;  // the restarts are seen before the first renewal is due
+  for (int i = 0; i < 3000; ++i) leases.push_back(client.keep(*held.lock, lease_opts));
+  const Lease& last = leases.back();
+  std::atomic<bool> lease_said_held{false};
+  std::thread holder([&] {
+    const auto give_up = steady_clock::now() + 10s;
+    while (steady_clock::now() < give_up) {
+      if (held.lock->lost()) {  // a copy: the Lock's state is shared
+        lease_said_held = !last.lost();
+        return;
+      }
+    }
+  });
+  for (const std::size_t i : {0u, 1u}) {
+    masters[i].kill();
+    masters[i].restart();  // no persistence: the key is gone there
+  }
+  holder.join();
+  ASSERT_TRUE(held.lock->lost()) << "the restarts were not seen within 10 s";
+  EXPECT_FALSE(lease_said_held) << "the Lock read lost while its Lease said held";
+  EXPECT_TRUE(eventually([&] { return last.loss() == LossReason::restarted; }))
+      << "the last Lease's loss was not declared";
+}
+
 // --- lifetime.
 
 TEST(LeaseTest, DestroyingALeaseWhileItsRenewalIsInFlightIsClean) {
