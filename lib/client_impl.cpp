@@ -527,7 +527,7 @@ void ClientImpl::mark_lost_if_proven(const Lock& lock, const Result& result) {
 // A quorum said yes; the lock is granted if validity is left. Acquire (and its fencing
 // round) and extend end here.
 void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady_clock::time_point started,
-                       Result result, std::shared_ptr<LockState> state, std::uint64_t fence) {
+                       Result&& result, std::shared_ptr<LockState> state, std::uint64_t fence) {
   const bool acquiring = op->kind() == RoundKind::acquire;
   if (acquiring && state->lost.load(std::memory_order_acquire)) {
     for (std::uint32_t i = 0; i < result.masters.size(); ++i) {
@@ -605,7 +605,7 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
 // relied on or that moment is unknown, retry_delay (polling). Polls and retries at a known
 // expiry use up retry_count; wake-ups do not, and are bounded by its time budget
 // (retry_deadline), `wait` and the free-retry backoff (note_failure).
-void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result result) {
+void ClientImpl::fail_attempt(const std::shared_ptr<Operation>& op, Result&& result) {
   AcquirePart& acquire = op->acquire();
   const std::uint64_t now = now_ns();
   note_failure(acquire, now);
@@ -967,7 +967,7 @@ void ClientImpl::note_release(const Operation& op, const Round& round) {
   yield_until_[op.key] = deadline_after(now, options_.yield_to_waiters);
 }
 
-void ClientImpl::finish(const std::shared_ptr<Operation>& op, Result result) {
+void ClientImpl::finish(const std::shared_ptr<Operation>& op, Result&& result) {
   if (op->kind() == RoundKind::acquire) stop_waiting(*op);
   operations_.erase(op->id);
   op->round.reset();

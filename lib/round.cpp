@@ -56,6 +56,7 @@ void Round::start() {
   // fenced acquire (a grant there could not be released). A release still goes: it can only
   // remove our own token, and the ACL may allow it.
   const bool fenced = touches_fence_counter(args_.kind, args_.fencing);
+  const std::shared_ptr<ReplySink> self = shared_from_this();  // (once: each call locks a weak_ptr)
   for (std::uint32_t i = 0; i < masters.size(); ++i) {
     const std::uint64_t bit = std::uint64_t{1} << i;
     if (!release) {
@@ -69,7 +70,7 @@ void Round::start() {
              "not sent: the lock's SET never went to this master, so no key of it is there");
       continue;
     }
-    if (!masters.send(i, command, shared_from_this(), late_after, release, sent_ns_)) {
+    if (!masters.send(i, command, self, late_after, release, sent_ns_)) {
       record(i, MasterStatus::not_connected, masters.last_error(i));
       never_sent_ |= bit;
       if (release) owe_release(i);
