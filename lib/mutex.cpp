@@ -230,7 +230,9 @@ std::stop_token Mutex::stop_token() const {
 
 bool Mutex::lost() const {
   const std::lock_guard guard(state_mutex_);
-  return held_.has_value() && lease_.lost();
+  // Without renew, the held Lock's own mark (a restarted majority, or an extend that found the
+  // key gone on a quorum); with it, the lease's loss, which includes that mark.
+  return held_.has_value() && (held_->lost() || lease_.lost());
 }
 
 std::chrono::microseconds Mutex::remaining() const {

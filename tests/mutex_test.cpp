@@ -238,6 +238,10 @@ TEST_F(MutexTest, ExtendKeepsTheLeaseAndALostLockStaysLost) {
   EXPECT_FALSE(mutex.extend());
   EXPECT_EQ(mutex.last_result().outcome, Outcome::lost);
   EXPECT_EQ(with_key(masters_, "redlock:extend-me"), 0u);
+  // Without renew too, the Mutex says what its Lock says (review 47: lost() stayed false).
+  EXPECT_TRUE(mutex.held()->lost());
+  EXPECT_TRUE(mutex.lost());
+  EXPECT_EQ(mutex.remaining(), 0us);
   mutex.unlock();
 }
 

@@ -82,7 +82,9 @@ class Mutex {
   // With `renew`: stop is requested when the held lock is lost (or unlocked); a Mutex that
   // does not renew, or is not held, returns a token that is never stopped.
   [[nodiscard]] std::stop_token stop_token() const;
-  // With `renew`: the held lock was lost (see redlock/lease.h); false when not held.
+  // The held lock was lost: with `renew`, as redlock/lease.h says (a deadline too near, the
+  // key gone, a restarted majority); without, once the Lock says so (Lock::lost(): a restarted
+  // majority, or an extend that found the key gone on a quorum). False when not held.
   [[nodiscard]] bool lost() const;
   // The Result of the last acquire, extend or release.
   [[nodiscard]] Result last_result() const;
