@@ -1026,6 +1026,9 @@ void RunSession::start_guardian() {
   if (pid == 0) {
     // The child of a threaded process: async-signal-safe calls only.
     ::setpgid(0, 0);  // a group of its own: no signal aimed at redlock's job or the command's reaches it
+    // And a name of its own: `killall -9 redlock` or `pkill redlock` (which match the name)
+    // killed it with redlock, and the command ran on unguarded. `pkill -f` still matches.
+    ::prctl(PR_SET_NAME, "rl-guardian", 0, 0, 0);
     const int end = fds[0];
     const bool closed = (end == 0 || ::close_range(0, static_cast<unsigned>(end - 1), 0) == 0) &&
                         ::close_range(static_cast<unsigned>(end) + 1, ~0U, 0) == 0;

@@ -58,11 +58,12 @@ std::int64_t monotonic_ns() {
 struct ProcStat {
   std::string name;  // the command name (comm)
   char state = '?';
+  pid_t ppid = -1;
   pid_t pgrp = -1;
   pid_t session = -1;
 };
 
-// Fields 3, 5 and 6 of /proc/PID/stat; nullopt once the process is gone (reaped).
+// Fields 2 to 6 of /proc/PID/stat (name, state, parent, group, session); nullopt once the process is gone (reaped).
 std::optional<ProcStat> proc_stat(pid_t pid) {
   const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
   const auto close = stat.rfind(')');  // the command name may contain anything
@@ -76,6 +77,7 @@ std::optional<ProcStat> proc_stat(pid_t pid) {
   long pgrp = 0;
   long session = 0;
   if (!(fields >> out.state >> ppid >> pgrp >> session)) return std::nullopt;
+  out.ppid = static_cast<pid_t>(ppid);
   out.pgrp = static_cast<pid_t>(pgrp);
   out.session = static_cast<pid_t>(session);
   return out;
@@ -1176,6 +1178,24 @@ TEST_F(CliTest, ARedlockKilledWhileTheCommandRunsTakesTheCommandWithIt) {
         << "the command runs on after redlock was killed, with nothing renewing the lock";
     for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", "redlock:job"});
   }
+}
+
+// `killall -9 redlock` (processes named redlock) killed the guardian with redlock, and the
+// command ran on unguarded while the lock expired. Done here to this test's own processes only:
+// redlock and those of its children that are named redlock.
+TEST_F(CliTest, KillingEveryProcessNamedRedlockStillTakesTheCommandWithIt) {
+  SleepingRun run;
+  ASSERT_NO_FATAL_FAILURE(start_sleeping_run(run));
+  const pid_t tool = run.tool->pid();
+  std::vector<pid_t> named =
+      live_processes([tool](const ProcStat& stat) { return stat.ppid == tool && stat.name == "redlock"; });
+  named.push_back(tool);
+  for (const pid_t pid : named) ASSERT_EQ(::kill(pid, SIGKILL), 0) << pid;
+  const Finished f = run.tool->wait(10s);
+  EXPECT_EQ(f.exit_code, 128 + SIGKILL) << describe(f);
+  EXPECT_TRUE(eventually([&] { return live_members(run.command).empty(); }, 3s))
+      << named.size() - 1 << " children named redlock were killed with it; the command runs on unguarded";
+  for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i].command({"DEL", "redlock:job"});
 }
 
 TEST_F(CliTest, RunReportsAMissingCommandWith127AndReleases) {
