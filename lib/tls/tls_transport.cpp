@@ -105,9 +105,19 @@ bool Connection::tls_session_reused() const noexcept { return tls_ != nullptr &&
 
 std::string Connection::tls_goodbye() {
   if (!tls_->handshake_done()) return {};
-  tls_->write_plaintext(out_);  // as much as fits; this is best effort, as on a plain socket
+  // All of out_, as a plain socket writes all of it: write_plaintext() takes a record at a time
+  // (review 48: one record, 16 KiB, was sent and the rest of the queue, releases included,
+  // dropped). Bounded: out_ is held to kMaxUnsentBytes per kind of command.
+  std::string encrypted;
+  for (std::size_t accepted = 0; accepted < out_.size();) {
+    const std::size_t n = tls_->write_plaintext(std::string_view(out_).substr(accepted));
+    if (n == 0) break;  // the session failed (or cannot take more now): best effort, as before
+    accepted += n;
+    encrypted += tls_->take_ciphertext();
+  }
   tls_->shutdown();
-  return tls_->take_ciphertext();
+  encrypted += tls_->take_ciphertext();
+  return encrypted;
 }
 
 }  // namespace redlock::detail
