@@ -26,7 +26,8 @@ MasterSet::MasterSet(EventLoop& loop, const ClientOptions& options, const std::v
       catch_up_(*this, loop, commands, options),
       owed_(*this, size_, options.command_timeout),
       warned_(size_),
-      read_timers_(size_, 0) {
+      read_timers_(size_, 0),
+      owed_timers_(size_, 0) {
   for (const auto& endpoint : endpoints_) names_.push_back(endpoint.display());
 }
 
@@ -46,8 +47,10 @@ void MasterSet::close() {
   // Read before the first close: closing one fails its commands, which can decide a round.
   ready_when_closed_ = ready_set();
   closed_ = true;
-  for (auto& timer : read_timers_) {
-    if (timer != 0) loop_.cancel(std::exchange(timer, 0));
+  for (auto* timers : {&read_timers_, &owed_timers_}) {
+    for (auto& timer : *timers) {
+      if (timer != 0) loop_.cancel(std::exchange(timer, 0));
+    }
   }
   for (auto& connection : connections_) connection->close();
 }
@@ -75,8 +78,16 @@ bool MasterSet::send(std::uint32_t index, std::string_view encoded, std::shared_
   return connections_[index]->send(encoded, std::move(sink), index, late_after_ns, release, sent_ns);
 }
 
-void MasterSet::owe_release(std::uint32_t index, std::string encoded, std::uint64_t until_ns) {
+void MasterSet::owe_release(std::uint32_t index, std::string encoded, std::uint64_t until_ns, bool soon) {
   if (closed_ || index >= size_) return;
+  if (soon && owed_timers_[index] == 0) {
+    // The connection is up, so no on_ready will come: a timer sends what is owed (if the
+    // connection dropped meanwhile, its on_ready does).
+    owed_timers_[index] = loop_.schedule_after(std::max(options_.command_timeout, kRetryOwedAfter), [this, index] {
+      owed_timers_[index] = 0;
+      if (!closed_ && ready(index)) owed_.on_ready(index);
+    });
+  }
   if (!owed_.owe(index, std::move(encoded), until_ns) && !warned_[index].owed_dropped) {
     warned_[index].owed_dropped =
         diagnostics_.warn("master " + names_[index] + ": more than " + std::to_string(OwedReleases::kMaxPerMaster) +
@@ -238,8 +249,7 @@ class MasterSet::DurabilityRead final : public ReplySink {
  public:
   DurabilityRead(MasterSet& set, std::uint32_t epoch) : set_(set), epoch_(epoch), sent_ns_(now_ns()) {}
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view) override {
-    if (reply == nullptr ||
-        (reply->type == REDIS_REPLY_ERROR && is_server_state_error(std::string_view(reply->str, reply->len)))) {
+    if (reply == nullptr || is_server_state_error(*reply)) {
       answered_ = false;
     } else {
       read_config_get(*reply, config_);

@@ -7,6 +7,7 @@
 #include "detail/connection.h"
 #include "detail/loop_time.h"
 #include "detail/master_set.h"
+#include "detail/server_info.h"
 
 namespace redlock::detail {
 
@@ -17,6 +18,9 @@ class OwedReleases::Resend final : public ReplySink {
   Resend(OwedReleases& owner, Entry entry) : owner_(owner), entry_(std::move(entry)) {}
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view) override {
     if (reply == nullptr && !owner_.masters_.closed()) (void)owner_.owe(index, std::move(entry_.encoded), entry_.until_ns);
+    if (reply != nullptr && is_server_state_error(*reply)) {
+      owner_.masters_.owe_release(index, std::move(entry_.encoded), entry_.until_ns, true);
+    }
   }
   [[nodiscard]] std::string_view encoded() const noexcept { return entry_.encoded; }
   // The send was refused (the sink was not kept): owed again.

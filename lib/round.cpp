@@ -9,6 +9,7 @@
 
 #include "detail/diagnostics.h"
 #include "detail/master_set.h"
+#include "detail/server_info.h"
 
 namespace redlock::detail {
 
@@ -93,6 +94,9 @@ void Round::close() {
 void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) {
   // Lost with its connection (before the decision or after it): sent again once it is back.
   if (reply == nullptr && args_.kind == RoundKind::release) owe_release(index);
+  // Not run there now (the master BUSY with a script, or LOADING): sent again shortly, before
+  // the decision or after it, or that master kept the key for its ttl. The row says what it said.
+  if (reply != nullptr && args_.kind == RoundKind::release && is_server_state_error(*reply)) owe_release(index, true);
   if (reply != nullptr && is_command_refusal(*reply)) {
     // The ACL changed under the live connection (docs/permissions.md): no lock goes there
     // until the check proves the permission again. The row itself stays a server_error: a
@@ -287,7 +291,7 @@ void Round::resend_with_eval(std::uint32_t index) {
 // A release that master `index`'s connection refused or lost: sent again (EVAL: a restarted
 // master has no script loaded) once the connection is back, until resend_before, the same
 // limit as a NOSCRIPT answer's resend (OwedReleases).
-void Round::owe_release(std::uint32_t index) {
+void Round::owe_release(std::uint32_t index, bool soon) {
   // Closing (~Client fails every pending command): nothing would be kept, so nothing is encoded.
   if (context_.masters.closed()) return;
   const auto left = args_.resend_before - context_.clock.now();
@@ -295,7 +299,7 @@ void Round::owe_release(std::uint32_t index) {
   std::string encoded;
   context_.commands.append(encoded, args_, true);
   const auto left_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(left).count());
-  context_.masters.owe_release(index, std::move(encoded), deadline_after(now_ns(), left_ns));
+  context_.masters.owe_release(index, std::move(encoded), deadline_after(now_ns(), left_ns), soon);
 }
 
 }  // namespace redlock::detail

@@ -155,4 +155,8 @@ std::string eviction_risk(std::string_view policy, std::string_view fence_key) {
   return {};
 }
 
+bool is_server_state_error(const redisReply& reply) noexcept {
+  return reply.type == REDIS_REPLY_ERROR && is_server_state_error(std::string_view(reply.str, reply.len));
+}
+
 }  // namespace redlock::detail

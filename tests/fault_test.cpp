@@ -122,6 +122,46 @@ TEST_F(FaultTest, AReleaseRefusedWhileAConnectionIsDownIsSentWhenItIsBack) {
       << "master 0 kept the released key (its ttl is 30 s)";
 }
 
+// A master BUSY with a long script answers the release with BUSY: it did not run, and the key
+// stayed there for its whole ttl though the lock was given up. It is sent again until it runs.
+TEST_F(FaultTest, AReleaseAnsweredBusyIsSentAgainOnceTheMasterIsFree) {
+  auto options = options_for(masters_);
+  options.ttl = 30s;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  const Result held = client.acquire("job");
+  ASSERT_TRUE(held) << format_result(held);
+  ASSERT_TRUE(eventually([&] { return with_key(masters_, "redlock:job") == 5; })) << format_result(held);
+  masters_[0].command({"CONFIG", "SET", "busy-reply-threshold", "20"});
+  // A script that never ends: its caller gives up after a second, the script runs on.
+  std::thread busy([&] {
+    try {
+      (void)masters_[0].command({"EVAL", "local i = 0 while true do i = i + 1 end", "0"});
+    } catch (const std::exception&) {
+    }
+  });
+  const auto wait_busy = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < wait_busy) {  // until the master answers BUSY
+    try {
+      const Reply ping = masters_[0].command({"PING"});
+      if (ping.type == Reply::Type::error && ping.str.rfind("BUSY", 0) == 0) break;
+    } catch (const std::exception&) {
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  const Result released = client.release(*held.lock);
+  ASSERT_EQ(released.outcome, Outcome::released) << format_result(released);
+  // BUSY, or decided before it came (a busy Redis answers between slices of the script).
+  EXPECT_TRUE(released.masters[0].status == MasterStatus::server_error ||
+              released.masters[0].status == MasterStatus::pending)
+      << format_result(released);
+  std::this_thread::sleep_for(300ms);  // sent again meanwhile, and BUSY again
+  EXPECT_EQ(masters_[0].command({"SCRIPT", "KILL"}).str, "OK");
+  busy.join();
+  EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:job") == 0; }, 3s))
+      << "master 0 kept the released key (its ttl is 30 s)";
+}
+
 // What is kept for one master whose connection is down is bounded: OwedReleases::
 // kMaxPerMaster (1024) releases; more are dropped with a warning, and their keys expire by
 // their ttl.

@@ -31,6 +31,9 @@ class MasterSet {
   // How often a ready master's role, and a durable one's durability, are read again
   // (arm_periodic_read).
   static constexpr Milliseconds kReadEvery{1000};
+  // How soon a release a master could not run (BUSY, LOADING) is sent again, at the least
+  // (command_timeout if longer).
+  static constexpr Milliseconds kRetryOwedAfter{100};
 
   // `options` must outlive the set (the ClientImpl's, with max_lock_ttl already defaulted);
   // so must `tls` (null when no master is rediss://).
@@ -61,7 +64,9 @@ class MasterSet {
   [[nodiscard]] const std::string& last_error(std::uint32_t index) const;
   // A release master `index`'s connection refused or lost: sent again when it is ready
   // (OwedReleases). `encoded` is EVAL-encoded; `until_ns` on now_ns().
-  void owe_release(std::uint32_t index, std::string encoded, std::uint64_t until_ns);
+  // `soon`: the master answered that it could not run it now (BUSY with a script, LOADING) on
+  // a connection that stays up: sent again after kRetryOwedAfter, and so on while it answers so.
+  void owe_release(std::uint32_t index, std::string encoded, std::uint64_t until_ns, bool soon = false);
   // Connection::failed_because of master `index`.
   [[nodiscard]] const std::string& failed_because(std::uint32_t index) const;
 
@@ -149,6 +154,7 @@ class MasterSet {
   OwedReleases owed_;
   std::vector<Warned> warned_;
   std::vector<std::uint64_t> read_timers_;  // EventLoop::TimerId per master, 0 = none
+  std::vector<std::uint64_t> owed_timers_;  // the same, for owe_release(..., soon)
   bool closed_ = false;
   std::uint64_t ready_when_closed_ = 0;  // see ready_set()
 };

@@ -157,7 +157,7 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   bool twin_voted(std::uint32_t index) const;
   [[nodiscard]] std::string& claim_command_buffer(std::string& own) const noexcept;
   void resend_with_eval(std::uint32_t index);
-  void owe_release(std::uint32_t index);
+  void owe_release(std::uint32_t index, bool soon = false);
 
   const RoundContext& context_;
   RoundDeadlines& deadlines_;  // context_.deadlines, kept for the destructor

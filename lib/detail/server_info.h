@@ -88,6 +88,8 @@ void read_info_persistence(const redisReply& reply, ServerInfo& info);
 [[nodiscard]] inline bool is_server_state_error(std::string_view text) noexcept {
   return text.starts_with("LOADING ") || text.starts_with("BUSY ");
 }
+// The same, of a reply: an error reply of that kind (the command did not run).
+[[nodiscard]] bool is_server_state_error(const redisReply& reply) noexcept;
 
 // The parameters the handshake reads with CONFIG GET, one command each (Redis before 7.0
 // takes one per command); the durability check (MasterSet) reads the last three again.
