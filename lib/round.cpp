@@ -290,7 +290,8 @@ void Round::resend_with_eval(std::uint32_t index) {
 
 // A release that master `index`'s connection refused or lost: sent again (EVAL: a restarted
 // master has no script loaded) once the connection is back, until resend_before, the same
-// limit as a NOSCRIPT answer's resend (OwedReleases).
+// limit as a NOSCRIPT answer's resend (OwedReleases). `soon`: the master answered BUSY or
+// LOADING on a live connection; MasterSet's timer sends it again.
 void Round::owe_release(std::uint32_t index, bool soon) {
   // Closing (~Client fails every pending command): nothing would be kept, so nothing is encoded.
   if (context_.masters.closed()) return;

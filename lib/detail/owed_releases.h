@@ -7,8 +7,10 @@
 // the lock was given up: the next acquires there read held_by_other, and with a second master
 // down the lock was out of reach for a whole ttl. Such a release is kept, EVAL-encoded (a
 // restarted master has no script loaded), and sent again each time the connection becomes
-// ready, until it is answered or its time is up: the release round's resend_before, past which
-// it could land after ClientImpl::released_here_'s window. At most kMaxPerMaster are kept per
+// ready (or, for one the master answered BUSY or LOADING on a live connection, when
+// MasterSet's retry timer calls on_ready), until it is answered otherwise or its time is up:
+// the release round's resend_before, past which it could land after
+// ClientImpl::released_here_'s window. At most kMaxPerMaster are kept per
 // master; more are dropped (their keys expire by their ttl) and MasterSet warns. A release can
 // only remove our own token, so sending it again, or late, takes nothing from anyone else.
 // Part of the MasterSet. Loop thread only.
