@@ -88,10 +88,13 @@ void MasterSet::owe_release(std::uint32_t index, std::string encoded, std::uint6
       if (!closed_ && ready(index)) owed_.on_ready(index);
     });
   }
+  // One warning per spell of releases owed there (a connection down, or the master BUSY).
+  if (owed_.owed(index) == 0) warned_[index].owed_dropped = false;
   if (!owed_.owe(index, std::move(encoded), until_ns) && !warned_[index].owed_dropped) {
     warned_[index].owed_dropped =
         diagnostics_.warn("master " + names_[index] + ": more than " + std::to_string(OwedReleases::kMaxPerMaster) +
-                              " releases are waiting for its connection to come back; more are not kept, and their "
+                              " releases are waiting to be sent again (its connection down, or the master BUSY or "
+                              "LOADING); more are not kept, and their "
                               "keys stay there until their ttl",
                           names_[index] + " (owed releases)");
   }
@@ -179,7 +182,6 @@ void MasterSet::on_ready(std::uint32_t index) {
   warn_permissions(index);
   if (!new_incarnation && !keys_replaced) catch_up_.on_reconnect(index, !info.run_id.empty());
   owed_.on_ready(index);
-  warned_[index].owed_dropped = false;
   const Incarnation& incarnation = guard_.incarnation(index);
   for (std::uint32_t other = 0; other < size_; ++other) {
     if (!same_server(index, other) || warned_[index].twin) continue;
