@@ -214,7 +214,7 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
     // the original said "held" until its next renewal), and so does any release once a Lock
     // extended from an adopted copy has a state of its own beside the granted one (a review:
     // either released, the other said "held"). A scan of the live locks: only on those paths.
-    auto state = std::move(op->release().state);
+    const std::shared_ptr<LockState>& state = op->release().state;  // (kept: the round reads not_run)
     if (state && state->on_lost) state->on_lost(LossReason::taken);
     if (!op->internal()) remember_release(*op);
     if ((!state && !op->internal()) || adopted_states_) {
@@ -310,7 +310,7 @@ void ClientImpl::begin(const std::shared_ptr<Operation>& op) {
 void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind) {
   if (kind != RoundKind::fence) ++op->attempts;  // the fencing round belongs to its acquire's attempt
   RoundArgs args{kind, op->key, {}, op->ttl, false, 0};
-  std::shared_ptr<LockState> extended;
+  std::shared_ptr<LockState> lock_state;  // see Round::Round
   switch (kind) {
     case RoundKind::acquire:
       args.token = make_token();  // the attempt's token (AcquirePart::attempt_token)
@@ -328,12 +328,13 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
       args.resend_before = op->extend().resend_before;
       // Only a state whose epochs this Client's restart guard recorded (not the fresh one of an
       // adopted or other Client's Lock, which records none).
-      if (const auto& state = LockAccess::state(op->extend().lock); state && state->votes > 0) extended = state;
+      if (const auto& state = LockAccess::state(op->extend().lock); state && state->votes > 0) lock_state = state;
       break;
     case RoundKind::release:
       // A release sends its token in this one round (a NOSCRIPT resend encodes the round's own).
       args.token = std::move(std::get<ReleasePart>(op->part).token);
       args.never_sent = std::get<ReleasePart>(op->part).never_sent;
+      lock_state = std::get<ReleasePart>(op->part).state;  // where its SET did not run (LockState::not_run)
       // A NOSCRIPT read later than the longest ttl in use is not answered: sent then, the
       // release could land after released_here_'s window, under an extend it let through (a
       // review: replies held 2.1 s against a 2 s window, two holders 3 of 3). That master keeps
@@ -346,7 +347,7 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
   // and every way an operation ends closes its undecided round first (close() drops this).
   Operation* const owner = op.get();
   auto round = std::allocate_shared<Round>(PoolAllocator<Round>(rounds_memory_), round_context_, std::move(args),
-                                           std::move(extended), op->internal(), [this, owner](Round& decided_round) {
+                                           std::move(lock_state), op->internal(), [this, owner](Round& decided_round) {
                                              const auto it = operations_.find(owner->id);
                                              if (it == operations_.end()) return;
                                              // A copy: finishing erases the map's entry.
@@ -442,6 +443,7 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
       state->granted_by = id_;
       state->owner = owner_of(op->key, op->acquire().attempt_token);
       state->never_sent = op->acquire().attempt_never_sent;
+      state->not_run = round.not_run();
       // From now on a restart of a granting master takes its vote away, also while a fencing
       // round is out (RestartGuardTest.AGrantLostDuringTheFencingRoundIsNotHandedOut).
       masters_.remember(state);

@@ -88,8 +88,6 @@ void MasterSet::owe_release(std::uint32_t index, std::string encoded, std::uint6
       if (!closed_ && ready(index)) owed_.on_ready(index);
     });
   }
-  // One warning per spell of releases owed there (a connection down, or the master BUSY).
-  if (owed_.owed(index) == 0) warned_[index].owed_dropped = false;
   if (!owed_.owe(index, std::move(encoded), until_ns) && !warned_[index].owed_dropped) {
     warned_[index].owed_dropped =
         diagnostics_.warn("master " + names_[index] + ": more than " + std::to_string(OwedReleases::kMaxPerMaster) +
@@ -98,6 +96,10 @@ void MasterSet::owe_release(std::uint32_t index, std::string encoded, std::uint6
                               "keys stay there until their ttl",
                           names_[index] + " (owed releases)");
   }
+}
+
+void MasterSet::owed_spell_over(std::uint32_t index) {
+  if (index < size_) warned_[index].owed_dropped = false;
 }
 
 const std::string& MasterSet::last_error(std::uint32_t index) const {
@@ -182,6 +184,7 @@ void MasterSet::on_ready(std::uint32_t index) {
   warn_permissions(index);
   if (!new_incarnation && !keys_replaced) catch_up_.on_reconnect(index, !info.run_id.empty());
   owed_.on_ready(index);
+  owed_spell_over(index);
   const Incarnation& incarnation = guard_.incarnation(index);
   for (std::uint32_t other = 0; other < size_; ++other) {
     if (!same_server(index, other) || warned_[index].twin) continue;

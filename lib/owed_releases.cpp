@@ -20,11 +20,16 @@ class OwedReleases::Resend final : public ReplySink {
     if (reply == nullptr && !owner_.masters_.closed()) (void)owner_.owe(index, std::move(entry_.encoded), entry_.until_ns);
     if (reply != nullptr && is_server_state_error(*reply)) {
       owner_.masters_.owe_release(index, std::move(entry_.encoded), entry_.until_ns, true);
+    } else if (reply != nullptr) {
+      owner_.masters_.owed_spell_over(index);
     }
   }
   [[nodiscard]] std::string_view encoded() const noexcept { return entry_.encoded; }
-  // The send was refused (the sink was not kept): owed again.
-  void owe_again(std::uint32_t index) { (void)owner_.owe(index, std::move(entry_.encoded), entry_.until_ns); }
+  // The send was refused (the sink was not kept) by a ready connection's backlog: owed again,
+  // and tried again by the retry timer (no on_ready will come for a connection that stays up).
+  void owe_again(std::uint32_t index) {
+    owner_.masters_.owe_release(index, std::move(entry_.encoded), entry_.until_ns, true);
+  }
 
  private:
   OwedReleases& owner_;

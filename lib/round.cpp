@@ -13,12 +13,12 @@
 
 namespace redlock::detail {
 
-Round::Round(const RoundContext& context, RoundArgs args, std::shared_ptr<LockState> extended, bool hear_everyone,
+Round::Round(const RoundContext& context, RoundArgs args, std::shared_ptr<LockState> state, bool hear_everyone,
              OnDecided on_decided)
     : context_(context),
       deadlines_(context.deadlines),
       args_(std::move(args)),
-      extended_(std::move(extended)),
+      state_(std::move(state)),
       hear_everyone_(hear_everyone),
       on_decided_(std::move(on_decided)),
       sent_at_(context.clock.now()),
@@ -100,8 +100,16 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
   // the same BUSY and left nothing there, and a loop of try-locks during one spell filled the
   // master's bound with them, so that a held lock's release was dropped (review 50). Such a
   // release warns instead (ClientImpl::warn_failed_release), as before.
-  if (reply != nullptr && args_.kind == RoundKind::release && !hear_everyone_ && is_server_state_error(*reply)) {
-    owe_release(index, true);
+  // Nor where the lock's own SET met BUSY or LOADING (nothing of it is there; a review saw a
+  // loop of acquires and releases during one spell fill the bound with such releases).
+  const std::uint64_t bit = std::uint64_t{1} << index;
+  if (reply != nullptr && is_server_state_error(*reply)) {
+    if (args_.kind == RoundKind::acquire) {
+      not_run_ |= bit;
+      if (granted_) granted_->not_run |= bit;  // late: the lock was granted without it
+    } else if (args_.kind == RoundKind::release && !hear_everyone_ && !(state_ && (state_->not_run & bit) != 0)) {
+      owe_release(index, true);
+    }
   }
   if (reply != nullptr && is_command_refusal(*reply)) {
     // The ACL changed under the live connection (docs/permissions.md): no lock goes there
@@ -192,10 +200,10 @@ MasterStatus Round::classify(std::uint32_t index, const redisReply* reply, std::
     error = "same server (run_id " + masters.incarnation(index).run_id + ") as another master that already voted";
     return MasterStatus::not_counted;
   }
-  if (args_.kind == RoundKind::extend && masters.restart_guard_enabled() && extended_ &&
-      extended_->epochs[index] != masters.incarnation(index).epoch) {
-    error = extended_->epochs[index] == 0 ? "did not grant this lock"
-                                          : "restarted since it granted this lock (restart guard)";
+  if (args_.kind == RoundKind::extend && masters.restart_guard_enabled() && state_ &&
+      state_->epochs[index] != masters.incarnation(index).epoch) {
+    error =
+        state_->epochs[index] == 0 ? "did not grant this lock" : "restarted since it granted this lock (restart guard)";
     return MasterStatus::not_counted;
   }
   if (auto rule = masters.counted_because(index)) error = std::move(*rule);

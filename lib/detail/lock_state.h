@@ -36,6 +36,10 @@ class LockState {
   // Round::never_sent of the acquire that granted it, set with granted_by: the masters its
   // release is not sent to.
   std::uint64_t never_sent = 0;
+  // Loop thread only. The masters (bit i: master i) that answered the lock's SET with BUSY or
+  // LOADING (it did not run there; a late answer too): a release they answer so is not kept
+  // for them (Round::on_reply), as nothing of the lock is there.
+  std::uint64_t not_run = 0;
 
   // Any thread.
   std::atomic<bool> lost{false};

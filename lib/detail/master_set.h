@@ -67,6 +67,9 @@ class MasterSet {
   // `soon`: the master answered that it could not run it now (BUSY with a script, LOADING) on
   // a connection that stays up: sent again after kRetryOwedAfter, and so on while it answers so.
   void owe_release(std::uint32_t index, std::string encoded, std::uint64_t until_ns, bool soon = false);
+  // The spell in which releases were owed to master `index` is over (its connection is back, or
+  // it answered a resend otherwise than BUSY or LOADING): the next drop past the bound warns again.
+  void owed_spell_over(std::uint32_t index);
   // Connection::failed_because of master `index`.
   [[nodiscard]] const std::string& failed_because(std::uint32_t index) const;
 
@@ -121,7 +124,7 @@ class MasterSet {
     std::string permission;         // the permission problem last warned about ("" = none)
     std::string eviction;           // the eviction risk last warned about ("" = none)
     std::string replica_of;         // the replica's master last warned about ("" = none)
-    bool owed_dropped = false;      // releases owed to it were dropped, since it was last ready
+    bool owed_dropped = false;      // releases owed to it were dropped in this spell (owed_spell_over)
   };
   class DurabilityRead;
   class RoleRead;

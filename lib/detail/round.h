@@ -88,11 +88,11 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
  public:
   using OnDecided = std::function<void(Round&)>;
 
-  // `extended`: an extend's lock state (which incarnations granted it), null otherwise or for
-  // an adopted lock. `hear_everyone`: decide only once every master answered or timed out
-  // (the library's own release of a failed acquire, whose refusals must be warned about).
-  // Takes t0 on both time bases now: elapsed time is never under-counted.
-  Round(const RoundContext& context, RoundArgs args, std::shared_ptr<LockState> extended, bool hear_everyone,
+  // `state`: an extend's lock state (which incarnations granted it), or a release's (where its
+  // SET did not run: LockState::not_run); null otherwise or for an adopted lock. `hear_everyone`: decide only once
+  // every master answered or timed out (the library's own release of a failed acquire, whose refusals must be warned
+  // about). Takes t0 on both time bases now: elapsed time is never under-counted.
+  Round(const RoundContext& context, RoundArgs args, std::shared_ptr<LockState> state, bool hear_everyone,
         OnDecided on_decided);
   ~Round() override;
   Round(const Round&) = delete;
@@ -138,6 +138,9 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   // (RoundArgs::never_sent): a release per refused SET would use up the release reserve that
   // the releases of the SETs that went in need.
   [[nodiscard]] std::uint64_t never_sent() const noexcept { return never_sent_; }
+  // Acquire: the masters (bit i: master i) that answered the SET with BUSY or LOADING before the
+  // decision (LockState::not_run; later answers go to the state kept by keep_late_grants).
+  [[nodiscard]] std::uint64_t not_run() const noexcept { return not_run_; }
   // The masters (bit i: master i) whose connection took the command in start(): written, or
   // held for a handshake (MasterSet::ready_set tells which were written at ~Client).
   [[nodiscard]] std::uint64_t handed_over() const noexcept { return handed_over_; }
@@ -162,7 +165,7 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   const RoundContext& context_;
   RoundDeadlines& deadlines_;  // context_.deadlines, kept for the destructor
   RoundArgs args_;             // changed only by take_token
-  const std::shared_ptr<LockState> extended_;
+  const std::shared_ptr<LockState> state_;  // see the constructor
   const bool hear_everyone_;
   OnDecided on_decided_;
   const Clock::time_point sent_at_;  // validity clock
@@ -181,6 +184,7 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   SmallArray<std::uint32_t> voted_in_;
   std::shared_ptr<LockState> granted_;  // see keep_late_grants
   std::uint64_t never_sent_ = 0;        // see never_sent()
+  std::uint64_t not_run_ = 0;           // see not_run()
   std::uint64_t handed_over_ = 0;       // see handed_over()
   bool decided_ = false;
   // RoundDeadlines' list (in it from start() until close()).
