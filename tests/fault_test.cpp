@@ -145,6 +145,14 @@ std::thread make_busy(const RedisServer& server) {
   return busy;
 }
 
+// Ends make_busy's script after `after` (the releases kept meanwhile are sent again, and BUSY
+// again), and joins its thread.
+void end_busy(const RedisServer& server, std::thread& busy, std::chrono::milliseconds after) {
+  std::this_thread::sleep_for(after);
+  EXPECT_EQ(server.command({"SCRIPT", "KILL"}).str, "OK");
+  busy.join();
+}
+
 // A master BUSY with a long script answers the release with BUSY: it did not run, and the key
 // stayed there for its whole ttl though the lock was given up. It is sent again until it runs.
 TEST_F(FaultTest, AReleaseAnsweredBusyIsSentAgainOnceTheMasterIsFree) {
@@ -162,9 +170,7 @@ TEST_F(FaultTest, AReleaseAnsweredBusyIsSentAgainOnceTheMasterIsFree) {
   EXPECT_TRUE(released.masters[0].status == MasterStatus::server_error ||
               released.masters[0].status == MasterStatus::pending)
       << format_result(released);
-  std::this_thread::sleep_for(300ms);  // sent again meanwhile, and BUSY again
-  EXPECT_EQ(masters_[0].command({"SCRIPT", "KILL"}).str, "OK");
-  busy.join();
+  end_busy(masters_[0], busy, 300ms);
   EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:job") == 0; }, 3s))
       << "master 0 kept the released key (its ttl is 30 s)";
 }
@@ -189,9 +195,7 @@ TEST_F(FaultTest, FailedTryLocksDuringABusySpellDoNotCrowdOutARelease) {
     ASSERT_FALSE(tried.lock) << format_result(tried);
   }
   ASSERT_EQ(client.release(*mine.lock).outcome, Outcome::released);
-  std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(masters_[0].command({"SCRIPT", "KILL"}).str, "OK");
-  busy.join();
+  end_busy(masters_[0], busy, 300ms);
   EXPECT_TRUE(eventually([&] { return with_key(masters_, "redlock:mine") == 0; }, 3s))
       << "master 0 kept the released key (its ttl is 30 s)";
 }
@@ -211,9 +215,7 @@ TEST_F(FaultTest, AReleaseIsNotKeptForAMasterWhereItsSetMetBusy) {
     ASSERT_TRUE(held) << format_result(held);
     ASSERT_TRUE(client.release(*held.lock));
   }
-  std::this_thread::sleep_for(500ms);  // several retry periods
-  EXPECT_EQ(masters_[0].command({"SCRIPT", "KILL"}).str, "OK");
-  busy.join();
+  end_busy(masters_[0], busy, 500ms);  // several retry periods
   const std::string stats = masters_[0].command({"INFO", "commandstats"}).str;
   const auto line = stats.find("cmdstat_eval:");
   const auto rejected = line == std::string::npos ? std::string::npos : stats.find("rejected_calls=", line);
