@@ -74,7 +74,7 @@ void Round::start() {
     if (!masters.send(i, command, self, late_after, release, sent_ns_)) {
       record(i, MasterStatus::not_connected, masters.last_error(i));
       never_sent_ |= bit;
-      if (release) owe_release(i);
+      if (release) owe_release(i, masters.ready(i));  // ready: refused by its backlog, and no on_ready will come
       continue;
     }
     handed_over_ |= bit;
@@ -110,6 +110,8 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
     } else if (args_.kind == RoundKind::release && !hear_everyone_ && !(state_ && (state_->not_run & bit) != 0)) {
       owe_release(index, true);
     }
+  } else if (reply != nullptr && args_.kind == RoundKind::release) {
+    context_.masters.owed_spell_over(index);  // it runs releases again: the next drop warns
   }
   if (reply != nullptr && is_command_refusal(*reply)) {
     // The ACL changed under the live connection (docs/permissions.md): no lock goes there
@@ -295,7 +297,7 @@ void Round::resend_with_eval(std::uint32_t index) {
   const bool release = args_.kind == RoundKind::release;
   const bool sent = context_.masters.send(index, command, shared_from_this(), late_after_ns(), release);
   command.clear();
-  if (!sent && release) owe_release(index);
+  if (!sent && release) owe_release(index, context_.masters.ready(index));  // as in start()
   if (!sent && !decided_ && masters_[index].status == MasterStatus::pending) {
     record(index, MasterStatus::not_connected, context_.masters.last_error(index));
     evaluate();

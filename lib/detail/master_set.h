@@ -68,7 +68,7 @@ class MasterSet {
   // a connection that stays up: sent again after kRetryOwedAfter, and so on while it answers so.
   void owe_release(std::uint32_t index, std::string encoded, std::uint64_t until_ns, bool soon = false);
   // The spell in which releases were owed to master `index` is over (its connection is back, or
-  // it answered a resend otherwise than BUSY or LOADING): the next drop past the bound warns again.
+  // it answered a release otherwise than BUSY or LOADING): the next drop past the bound warns again.
   void owed_spell_over(std::uint32_t index);
   // Connection::failed_because of master `index`.
   [[nodiscard]] const std::string& failed_because(std::uint32_t index) const;
