@@ -6,6 +6,7 @@
 #include <atomic>
 #include <thread>
 
+#include "detail/boottime_clock.h"
 #include "test_util.h"
 
 namespace redlock::testing {
@@ -150,6 +151,58 @@ TEST_F(ValidityTest, ABlockingCallReportsTheValidityLeftWhenItReturns) {
   EXPECT_EQ(gone.validity, 0ms);
   EXPECT_EQ(later.remaining(*gone.lock), 0ms);
   EXPECT_TRUE(later.release(*gone.lock));
+}
+
+// The default validity clock is steady_clock's time base while the machine does not sleep:
+// Lock instants compare with steady_clock::now() then (client.h, clock.h).
+TEST(SteadyClockTest, ReadsSteadyClockTimeUntilTheMachineSleeps) {
+  const SteadyClock clock;
+  for (int i = 0; i < 1000; ++i) {
+    const auto before = std::chrono::steady_clock::now();
+    const auto read = clock.now();
+    const auto after = std::chrono::steady_clock::now();
+    ASSERT_GE(read, before - 1ms);
+    ASSERT_LE(read, after + 1ms);
+  }
+}
+
+// A suspend played on the kernel clocks a BoottimeClock reads: CLOCK_MONOTONIC stops for the
+// time slept (Linux stops it during a suspend to RAM or disk), CLOCK_BOOTTIME does not.
+class SleepingKernel {
+ public:
+  std::chrono::nanoseconds read(clockid_t id) const {
+    const auto now = detail::BoottimeClock::read_kernel_clock(id);
+    return id == CLOCK_MONOTONIC ? now - std::chrono::nanoseconds(slept_ns.load()) : now;
+  }
+  std::atomic<long long> slept_ns{0};
+};
+
+// A machine that slept past a lock's ttl: the masters counted the time and granted the lock to
+// another Client; the holder's validity must count it too. On CLOCK_MONOTONIC (steady_clock,
+// the default clock before) the holder read 983 ms left of a 1 s lock, 1.2 s after its
+// grant, while the other Client held it.
+TEST_F(ValidityTest, AHolderWhoseMachineSleptPastTheTtlHasNoValidityLeft) {
+  auto kernel = std::make_shared<SleepingKernel>();
+  auto options = options_for(masters_);
+  options.ttl = 1000ms;
+  options.clock = std::make_shared<detail::BoottimeClock>([kernel](clockid_t id) { return kernel->read(id); });
+  Client sleeper(options);
+  const Result held = sleeper.acquire("slept");
+  ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
+  EXPECT_GT(sleeper.remaining(*held.lock), 900ms);
+
+  // The sleep: nothing of the sleeper runs (no lease, no call), its CLOCK_MONOTONIC stands still.
+  std::this_thread::sleep_for(1200ms);
+  kernel->slept_ns = std::chrono::nanoseconds(1200ms).count();
+
+  options.clock = nullptr;
+  Client other(options);
+  const Result taken = other.acquire("slept");
+  ASSERT_EQ(taken.outcome, Outcome::acquired) << format_result(taken);
+  EXPECT_EQ(sleeper.remaining(*held.lock), 0ms)
+      << "the sleeper still reads validity while another Client holds the lock";
+  EXPECT_GE(sleeper.now(), held.lock->deadline);
+  EXPECT_TRUE(other.release(*taken.lock));
 }
 
 }  // namespace

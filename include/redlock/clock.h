@@ -19,10 +19,16 @@ class Clock {
   [[nodiscard]] virtual time_point now() const = 0;
 };
 
-// std::chrono::steady_clock (CLOCK_MONOTONIC on Linux).
+// The default: std::chrono::steady_clock's time base, counting the time the machine spent
+// suspended. Linux stops CLOCK_MONOTONIC (steady_clock) during a suspend to RAM or disk (a
+// hibernated VM too), while the masters go on counting their keys' ttl; measured on it, a
+// lock's validity would come out of a suspend as long as it went in. This clock reads
+// CLOCK_BOOTTIME, which counts the suspend: it equals steady_clock::now() (to within a
+// microsecond) until this process lives through one, and is ahead of it by the time slept
+// after. Compare a Lock's instants with Client::now(), not with steady_clock::now().
 class SteadyClock final : public Clock {
  public:
-  [[nodiscard]] time_point now() const override { return std::chrono::steady_clock::now(); }
+  [[nodiscard]] time_point now() const override;
 };
 
 }  // namespace redlock

@@ -169,7 +169,8 @@ struct ClientOptions {
   // callbacks then run on the caller's loop thread. See client.h for the lifetime rules.
   uv_loop_s* loop = nullptr;
 
-  // Monotonic clock for validity arithmetic. nullptr (default): std::chrono::steady_clock.
+  // Monotonic clock for validity arithmetic. nullptr (default): SteadyClock (steady_clock's
+  // time base, counting time the machine spent suspended: clock.h).
   std::shared_ptr<const Clock> clock;
 };
 

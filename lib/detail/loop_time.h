@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // detail/loop_time.h — the Client's two time bases, explained once.
 //
-// 1. The validity clock (redlock::Clock, ClientImpl::clock(); std::chrono::steady_clock by
-//    default, a test may inject its own). Everything a caller may rely on is measured on it:
+// 1. The validity clock (redlock::Clock, ClientImpl::clock(); SteadyClock by default:
+//    steady_clock's time base read from CLOCK_BOOTTIME, so a suspend counts; a test may inject
+//    its own). Everything a caller may rely on is measured on it:
 //    a round's t0 (taken before its first byte is sent), a lock's `started` and `deadline`,
 //    validity = deadline - now, Client::now() and remaining().
 // 2. Loop time (now_ns() below: uv_hrtime, CLOCK_MONOTONIC nanoseconds). Everything the
 //    event loop schedules is on it: timers, command deadlines, when a reply is late, the
-//    restart guard's ages, backoffs. An injected test clock never moves a timer.
+//    restart guard's ages, backoffs. An injected test clock never moves a timer, nor does a
+//    suspend (docs/leases.md: what comes late after a resume).
 //
 // A round records its start on both (Round::sent_at() and Round::sent_ns()). The two never
 // mix in one subtraction.
