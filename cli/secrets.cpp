@@ -2,17 +2,18 @@
 #include "secrets.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "args.h"
 #include "redlock/errors.h"
@@ -80,6 +81,8 @@ std::string octal_mode(mode_t mode) {
 }
 
 constexpr std::size_t kMaxMastersFileSize = 1 << 20;
+// How long a masters file that is not a regular file (a pipe) may take to come to its end.
+constexpr std::chrono::seconds kMastersFileWait{5};
 
 // "NAME=VALUE  # comment" when the line's first word has a '=' and no "://" (a URI always
 // has one); nullopt for a URI line. An unknown NAME is refused, naming the line.
@@ -198,7 +201,8 @@ void hide_token_on_command_line(int argc, char** argv, std::string_view token) {
 
 MastersFile read_masters_file(const std::string& path, std::string_view origin) {
   const std::string named = "the masters file '" + printable(path) + "' (" + std::string(origin) + ")";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  // O_NONBLOCK: a named pipe nobody has opened for writing would hold the open itself forever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) throw UsageError("cannot open " + named + ": " + std::strerror(errno));
   struct stat info {};
   std::string text;
@@ -208,16 +212,46 @@ MastersFile read_masters_file(const std::string& path, std::string_view origin) 
       ::close(fd);
       throw UsageError(named + " is a directory");
     }
+    // A regular file reads to its end at once. Anything else (a named pipe, a shell's process
+    // substitution, /dev/stdin) is read as it is written, until its end, for kMastersFileWait
+    // at most (a review: a named pipe without a writer made the tool wait forever).
+    const bool regular = saved == 0 && S_ISREG(info.st_mode);
+    const auto give_up = std::chrono::steady_clock::now() + kMastersFileWait;
+    bool waited_out = false;
+    int read_error = 0;
     char buffer[4096];
-    ssize_t got = 0;
-    while (saved == 0 && text.size() <= kMaxMastersFileSize &&
-           ((got = ::read(fd, buffer, sizeof(buffer))) > 0 || (got < 0 && errno == EINTR))) {
-      if (got > 0) text.append(buffer, static_cast<std::size_t>(got));
+    while (saved == 0 && text.size() <= kMaxMastersFileSize) {
+      if (!regular) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now());
+        pollfd wanted{fd, POLLIN, 0};
+        const int ready = left.count() <= 0 ? 0 : ::poll(&wanted, 1, static_cast<int>(left.count()));
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready < 0) {
+          read_error = errno;
+          break;
+        }
+        if (ready == 0) {
+          waited_out = true;
+          break;
+        }
+      }
+      const ssize_t got = ::read(fd, buffer, sizeof(buffer));
+      if (got > 0) {
+        text.append(buffer, static_cast<std::size_t>(got));
+      } else if (got == 0) {
+        break;
+      } else if (errno != EINTR && errno != EAGAIN) {
+        read_error = errno;
+        break;
+      }
     }
-    const int read_error = got < 0 ? errno : 0;
     ::close(fd);
     if (saved != 0 || read_error != 0) {
       throw UsageError("cannot read " + named + ": " + std::strerror(saved != 0 ? saved : read_error));
+    }
+    if (waited_out) {
+      throw UsageError(named + " is not a regular file, and it did not come to its end within " +
+                       std::to_string(kMastersFileWait.count()) + " s (a named pipe nobody writes to?)");
     }
   }
   if (text.size() > kMaxMastersFileSize) throw UsageError(named + " is larger than 1 MiB");

@@ -2447,6 +2447,33 @@ TEST_F(CliTest, MastersFileWithoutPasswordsListsMastersOnePerLine) {
   EXPECT_NE(f.err.find("70000"), std::string::npos) << f.err;
 }
 
+// A masters file that is a named pipe: with no writer, opening it for reading waited for one
+// forever (a review: `redlock --masters-file FIFO acquire` hung). Now a file that is not a
+// regular one gets 5 s to come to its end (64 after that, naming it); a pipe with a writer
+// (a named one opened later, a shell's process substitution) is read as it is written.
+TEST_F(CliTest, AMastersFileThatIsAPipeWithoutAWriterIsNotWaitedFor) {
+  TempDir dir;
+  const fs::path fifo = dir / "masters.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  Process alone({"--masters-file", fifo.string(), "acquire", "fifo-job"});
+  const Finished nobody = alone.wait(10s);
+  ASSERT_FALSE(nobody.timed_out) << "the tool waited for a writer to open the pipe";
+  EXPECT_EQ(nobody.exit_code, 64) << describe(nobody);
+  EXPECT_NE(nobody.err.find(fifo.string()), std::string::npos) << nobody.err;
+  EXPECT_NE(nobody.err.find("did not come to its end within 5 s"), std::string::npos) << nobody.err;
+
+  // With a writer that opens the pipe and writes after the tool has it open.
+  Process fed({"--no-restart-guard", "--masters-file", fifo.string(), "acquire", "fifo-job"});
+  std::thread writer([&] {
+    std::ofstream out(fifo);  // blocks until the tool opened the pipe for reading
+    for (const auto& uri : masters_.uris()) out << uri << "\n";
+  });
+  const Finished read = fed.wait(10s);
+  writer.join();
+  EXPECT_EQ(read.exit_code, 0) << describe(read);
+  EXPECT_TRUE(eventually([&] { return masters_holding("redlock:fifo-job") >= 2; }));
+}
+
 // Masters that refuse the password are a configuration problem, not an outage: 77, decided
 // after the first attempt (the library would retry --retry-count times).
 TEST_F(CliSecretsTest, MastersRefusingThePasswordExit77WithoutRetrying) {
