@@ -431,6 +431,38 @@ void ClientImpl::keep_lease(const std::shared_ptr<LeaseCore>& lease) {
   sweep_when_doubled(leases_, leases_sweep_at_, 64, [](const std::weak_ptr<LeaseCore>& weak) { return weak.expired(); });
   leases_.push_back(lease);
   lease->start();
+  arm_sleep_check();
+}
+
+// A machine that slept (suspend to RAM or disk): the validity clock (SteadyClock reads
+// CLOCK_BOOTTIME) counted the sleep, the loop's timers (CLOCK_MONOTONIC) did not, so each
+// lease's loss and renewal timers would run late by the time slept, and on_lost with them
+// (a holder that asks lost() hears it at once anyway). Looked at once a second while leases
+// live: when the validity clock moved further than the loop's clock since the last look, every
+// lease checks its loss moment now (LeaseCore::lost declares a loss that is due and posts its
+// announcement). LeaseTest.OnLostComesWithinASecondWhenTheValidityClockJumpsPastTheDeadline.
+constexpr std::chrono::milliseconds kSleepCheckInterval{1000};
+constexpr std::chrono::milliseconds kSleepCheckSlack{10};
+
+void ClientImpl::arm_sleep_check() {
+  if (sleep_check_timer_ != 0 || shutting_down_) return;
+  sleep_check_validity_ = clock().now();
+  sleep_check_loop_ns_ = now_ns();
+  sleep_check_timer_ = loop_->schedule_after(kSleepCheckInterval, [this] { check_for_sleep(); });
+}
+
+void ClientImpl::check_for_sleep() {
+  sleep_check_timer_ = 0;
+  std::erase_if(leases_, [](const std::weak_ptr<LeaseCore>& weak) { return weak.expired(); });
+  if (leases_.empty()) return;  // keep_lease arms it again
+  const auto validity_moved = clock().now() - sleep_check_validity_;
+  const auto loop_moved = std::chrono::nanoseconds(now_ns() - sleep_check_loop_ns_);
+  if (validity_moved - loop_moved > kSleepCheckSlack) {
+    for (const auto& weak : leases_) {
+      if (auto lease = weak.lock()) (void)lease->lost();
+    }
+  }
+  arm_sleep_check();
 }
 
 void ClientImpl::note_lease_release(const std::shared_ptr<LeaseCore>& lease) {
@@ -453,6 +485,7 @@ void ClientImpl::begin_lease_releases() {
 }
 
 void ClientImpl::stop_leases() {
+  if (sleep_check_timer_ != 0) loop_->cancel(std::exchange(sleep_check_timer_, 0));
   for (const auto& weak : leases_) {
     if (auto lease = weak.lock()) lease->client_gone();
   }

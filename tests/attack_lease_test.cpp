@@ -532,14 +532,6 @@ TEST(AttackLeaseTest, APublishFloodOnAKeyWithManyWaitersDoesNotDelayALeasesLossS
   holder.release(*other.lock);
 }
 
-// steady_clock plus an offset a test can move forward (monotonic as long as it only grows):
-// a validity clock whose rate differs from the loop's CLOCK_MONOTONIC for a moment.
-class JumpingClock final : public Clock {
- public:
-  [[nodiscard]] time_point now() const override { return steady_clock::now() + std::chrono::milliseconds(offset_ms.load()); }
-  std::atomic<long long> offset_ms{0};
-};
-
 // The script cache flushed (SCRIPT FLUSH, a restart the handshake did not see yet), then a
 // renewal sent just before the loss moment whose NOSCRIPT answers are read after it, while
 // its round is still undecided. Keys here outlive the deadline by design (drift 200 ms), so a

@@ -503,6 +503,40 @@ TEST(LeaseTest, ALeaseSaysLostOnceItsLockDoes) {
       << "the last Lease's loss was not declared";
 }
 
+// A machine that slept: the validity clock (SteadyClock reads CLOCK_BOOTTIME) is past the
+// loss moment at the resume, while the loop's timers, on CLOCK_MONOTONIC, stood still and would
+// run the loss (or the next renewal) that much later. Played with a validity clock that jumps
+// 25 s ahead of a 20 s lease whose renewal is 10 s away. Nobody asks lost() (that declares the
+// loss itself): on_lost and the stop request must come from the Client's own check, within
+// about a second, not at the next renewal.
+TEST(LeaseTest, OnLostComesWithinASecondWhenTheValidityClockJumpsPastTheDeadline) {
+  RedisServerGroup masters(3);
+  auto clock = std::make_shared<JumpingClock>();
+  auto options = lease_options(masters);
+  options.clock = clock;
+  Client client(options);
+  const Result held = acquire_with_ttl(client, "slept-lease", 20000ms);
+  ASSERT_TRUE(held) << format_result(held);
+  LossRecord loss;
+  LeaseOptions lease_opts;
+  lease_opts.renew_fraction = 0.5;
+  lease_opts.on_lost = loss.callback();
+  const Lease lease = client.keep(*held.lock, lease_opts);
+  std::this_thread::sleep_for(100ms);
+  ASSERT_FALSE(loss.signalled());
+  clock->offset_ms = 25000;
+  const auto jumped = steady_clock::now();
+  ASSERT_TRUE(eventually([&] { return loss.signalled(); }, 3s)) << "on_lost waited for the loop's own timers";
+  {
+    const std::lock_guard guard(loss.mutex);
+    EXPECT_EQ(loss.reason, LossReason::deadline);
+    std::printf("[figure] on_lost %.0f ms after the validity clock jumped past the deadline\n",
+                static_cast<double>(duration_cast<microseconds>(loss.at - jumped).count()) / 1000.0);
+  }
+  EXPECT_TRUE(lease.stop_token().stop_requested());
+  EXPECT_TRUE(lease.lost());
+}
+
 // --- lifetime.
 
 TEST(LeaseTest, DestroyingALeaseWhileItsRenewalIsInFlightIsClean) {

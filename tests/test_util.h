@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <optional>
@@ -126,5 +127,16 @@ bool eventually(Condition condition, std::chrono::milliseconds limit = 5s) {
   }
   return true;
 }
+
+// steady_clock plus an offset a test can move forward (monotonic as long as it only grows):
+// a validity clock whose rate differs from the loop's CLOCK_MONOTONIC for a moment, as after
+// a suspend of the machine (SteadyClock counts it, the loop's timers do not).
+class JumpingClock final : public Clock {
+ public:
+  [[nodiscard]] time_point now() const override {
+    return std::chrono::steady_clock::now() + std::chrono::milliseconds(offset_ms.load());
+  }
+  std::atomic<long long> offset_ms{0};
+};
 
 }  // namespace redlock::testing

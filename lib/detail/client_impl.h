@@ -297,6 +297,13 @@ class ClientImpl {
   void check_connect_waits();
   std::vector<std::weak_ptr<LeaseCore>> leases_;  // stopped at shutdown; swept when it doubles
   std::size_t leases_sweep_at_ = 64;
+  // Once a second while leases live: did the validity clock move further than the loop's since
+  // the last look (the machine slept)? Then every lease checks its loss moment. lib/lease.cpp.
+  void arm_sleep_check();
+  void check_for_sleep();
+  EventLoop::TimerId sleep_check_timer_ = 0;
+  Clock::time_point sleep_check_validity_{};
+  std::uint64_t sleep_check_loop_ns_ = 0;
   std::mutex releasing_mutex_;  // a leaf: never held while taking another lock
   std::vector<std::weak_ptr<LeaseCore>> releasing_;  // guarded; swept when it doubles
   std::size_t releasing_sweep_at_ = 64;               // guarded

@@ -9,7 +9,7 @@
 // 2. Loop time (now_ns() below: uv_hrtime, CLOCK_MONOTONIC nanoseconds). Everything the
 //    event loop schedules is on it: timers, command deadlines, when a reply is late, the
 //    restart guard's ages, backoffs. An injected test clock never moves a timer, nor does a
-//    suspend (docs/leases.md: what comes late after a resume).
+//    suspend (ClientImpl::check_for_sleep looks for one while leases live).
 //
 // A round records its start on both (Round::sent_at() and Round::sent_ns()). The two never
 // mix in one subtraction.
