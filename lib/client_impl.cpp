@@ -322,6 +322,9 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
       args.token = std::move(op->acquire().attempt_token);
       args.fencing = true;
       args.fence = op->acquire().fenced->fence;
+      for (std::uint32_t i = 0; i < op->acquire().fenced->masters.size(); ++i) {
+        if (op->acquire().fenced->masters[i].status == MasterStatus::ok) args.granted |= std::uint64_t{1} << i;
+      }
       break;
     case RoundKind::extend:
       args.token = op->extend().lock.token;

@@ -198,6 +198,13 @@ MasterStatus Round::classify(std::uint32_t index, const redisReply* reply, std::
     error = std::move(*why);
     return MasterStatus::not_counted;
   }
+  if (args_.kind == RoundKind::fence && (args_.granted & (std::uint64_t{1} << index)) == 0) {
+    // Raised, but the attempt's SET was not granted here: a later attempt may take its key
+    // here without crossing ours, so its INCR would not be ordered after this raise (review
+    // 53: a later grant got a lower token).
+    error = "raised, but this master did not grant the attempt's SET: only a granting master's raise counts";
+    return MasterStatus::not_counted;
+  }
   if (twin_voted(index)) {
     error = "same server (run_id " + masters.incarnation(index).run_id + ") as another master that already voted";
     return MasterStatus::not_counted;

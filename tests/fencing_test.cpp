@@ -212,6 +212,82 @@ TEST(FencingRounds, TheSecondRoundRaisesCountersThatWereBehind) {
   }
 }
 
+// Review 53: a later grant's token must be higher even when its attempt began before the
+// earlier grant. B's round 1 goes first: its SET lands on master 0 at once and is held up on
+// masters 1 and 2 (200 and 400 ms). A, sent just after, is granted by masters 1 and 2
+// (master 2's counter 5 ahead); A's raise to master 1 is lost with its connection, masters 0
+// and 2 acknowledged it, and A released at once. B was then granted by masters 0 and 1 with
+// the counters its round 1 read before A's raise: T_B 4, T_A 8, 3 of 3 runs, so a write of A's
+// still in flight would pass a fenced store after B's. Now a raise counts only from a master
+// that granted the attempt's SET, so that any later grant's SET (and INCR) lands on a master
+// raised to the token: here A's raise reached one of its two granting masters, and A is not
+// handed out.
+TEST(FencingRounds, AGrantWhoseAttemptBeganBeforeAnEarlierGrantStillGetsAHigherToken) {
+  int backwards = 0;
+  int both_granted = 0;
+  for (int run = 0; run < 3; ++run) {
+    RedisServerGroup masters(3);
+    const std::string fence_key = ClientOptions{}.fence_key;
+    const auto is_raise = [&](std::string_view chunk) {
+      return chunk.find("$1\r\n1\r\n$" + std::to_string(fence_key.size()) + "\r\n" + fence_key) !=
+             std::string_view::npos;
+    };
+    const auto is_round_one = [](std::string_view chunk) {
+      return chunk.find("$1\r\n2\r\n") != std::string_view::npos &&
+             chunk.find("redlock:overlap") != std::string_view::npos;
+    };
+    std::atomic<bool> armed{false};
+    std::atomic<bool> cut_armed{false};
+    TcpProxy* a_to_1 = nullptr;
+    TcpProxy a_proxy(masters[1].port(), [&](std::string_view chunk) {
+      if (cut_armed.load() && is_raise(chunk) && cut_armed.exchange(false)) a_to_1->retarget(masters[1].port());
+    });
+    a_to_1 = &a_proxy;
+    TcpProxy b_to_1(masters[1].port(), [&](std::string_view chunk) {
+      if (armed.load() && is_round_one(chunk)) std::this_thread::sleep_for(200ms);
+    });
+    TcpProxy b_to_2(masters[2].port(), [&](std::string_view chunk) {
+      if (armed.load() && is_round_one(chunk)) std::this_thread::sleep_for(400ms);
+    });
+    auto a_options = options_for(std::vector<std::string>{masters[0].uri(), a_proxy.uri(), masters[2].uri()});
+    auto b_options = options_for(std::vector<std::string>{masters[0].uri(), b_to_1.uri(), b_to_2.uri()});
+    for (ClientOptions* options : {&a_options, &b_options}) {
+      options->command_timeout = 500ms;
+      options->reconnect_min = 20ms;
+    }
+    Client a(a_options);
+    Client b(b_options);
+    warm_up_fenced(a, masters.size());
+    warm_up_fenced(b, masters.size());
+    masters[2].command({"INCRBY", fence_key, "5"});
+    AcquireOptions once;
+    once.fencing = true;
+    once.retry_count = 0;
+    armed = true;
+    cut_armed = true;
+    Result b_held;
+    std::thread b_thread([&] { b_held = b.acquire("overlap", once); });
+    ASSERT_TRUE(eventually([&] { return get(masters[0], "redlock:overlap").has_value(); }, 2s));
+    const Result a_held = a.acquire("overlap", once);
+    if (a_held) EXPECT_TRUE(a.release(*a_held.lock));
+    b_thread.join();
+    armed = false;
+    if (a_held && b_held) {
+      ++both_granted;
+      if (b_held.lock->fence <= a_held.lock->fence) ++backwards;
+      std::printf("[figure] run %d: T_A %llu, then T_B %llu\n", run,
+                  static_cast<unsigned long long>(a_held.lock->fence),
+                  static_cast<unsigned long long>(b_held.lock->fence));
+    } else {
+      std::printf("[figure] run %d: A %s, B %s\n", run, std::string(to_string(a_held.outcome)).c_str(),
+                  std::string(to_string(b_held.outcome)).c_str());
+    }
+    if (b_held) b.release(*b_held.lock);
+  }
+  EXPECT_EQ(backwards, 0) << "a grant after an earlier one's release had a token no higher than it (" << both_granted
+                          << " runs with both granted)";
+}
+
 // A fenced grant's validity is counted from round 1's start (docs/fencing.md): the keys were
 // set then, and expire ttl after it whatever round 2 costs. Round 1 is held up 600 ms (every
 // master frozen while it is in flight), round 2 is quick: a deadline counted from round 2

@@ -136,6 +136,10 @@ struct RoundArgs {
   // release: the masters (bit i: master i) that were never sent the lock's SET (Round::never_sent
   // of the acquire that made it): nothing of it is there, and nothing is sent to them.
   std::uint64_t never_sent = 0;
+  // fence: the masters (bit i: master i) whose round-1 SET granted the attempt. Only their
+  // acknowledgements count (docs/fencing.md, "The scheme"): a later grant's SET, and its INCR,
+  // must land on a master already raised to this token.
+  std::uint64_t granted = 0;
 };
 
 // What one master's reply to a round's command says on its own, before the round asks the
