@@ -30,8 +30,15 @@ bool RestartGuard::observe(std::uint32_t index, const ServerInfo& info) {
     // The new one must also have had AOF on from its start: one started with appendonly no is
     // empty, whatever CONFIG SET made of it before this first reading
     // (RestartGuardTest.ADurableMasterRestartedEmptyWithAofSwitchedOnLaterIsNotCountedAtOnce).
+    // And no sooner than an incarnation this Client never saw could have granted in between: one
+    // started empty (appendonly no) and then replaced by a durable one loading the old AOF
+    // (review 54: a Client cut off meanwhile counted that restart at once and was granted
+    // while another Client held the lock the empty one gave it, 6 of 6). An empty incarnation
+    // counts only once it is max_lock_ttl old (the age rule), so a restart later than that
+    // after the last durable read is judged by the age rule too. (This Client's max_lock_ttl:
+    // one with a shorter one counts an empty incarnation sooner.)
     const bool kept_keys = master.durable && info.aof_since_start() && info.started_ns >= master.lost_ns &&
-                           info.started_ns <= master.durable_seen_ns + kDurableReadGapNs;
+                           info.started_ns <= master.durable_seen_ns + std::min(kDurableReadGapNs, guard_ns_);
     const std::uint64_t now = now_ns();
     master.run_id = info.run_id;
     any_same_server_ = false;

@@ -643,6 +643,67 @@ TEST(RestartGuardTest, ADurableMasterRestartedLongAfterThisClientLostItIsNotCoun
   expect_master_0_not_counted(client, masters, "restarted-while-cut-off", "counted after");
 }
 
+// Review 54: masters 0 and 2 went from a durable incarnation to an empty one (appendonly no)
+// while Client A was cut off from them; Client B saw the empty ones, waited out its guard and
+// was granted; then they came back durable, loading the first incarnation's AOF, without B's
+// key. A took the first -> third for a durable restart and counted it at once: it started
+// within kDurableReadGapNs (5 s) of A's last durability read. A was granted while B held the
+// lock, 6 of 6 in the review (ttl 1.5 s; any max_lock_ttl below about 4.5 s). An incarnation
+// that granted in between had to count first, which takes a non-durable one max_lock_ttl: a
+// restart later than that after the last read is not counted at once.
+TEST(RestartGuardTest, ADurableRestartAfterAnUnseenEmptyIncarnationIsNotCountedAtOnce) {
+  support::RedisServerOptions durable;
+  durable.persistence = true;
+  RedisServerGroup masters(3, durable);
+  TcpProxy a_to_0(masters[0].port(), {});
+  TcpProxy a_to_2(masters[2].port(), {});
+  TcpProxy b_to_0(masters[0].port(), {});
+  TcpProxy b_to_2(masters[2].port(), {});
+  auto a_options = guarded(masters, true);
+  a_options.masters = {a_to_0.uri(), masters[1].uri(), a_to_2.uri()};
+  auto b_options = guarded(masters, true);
+  b_options.masters = {b_to_0.uri(), masters[1].uri(), b_to_2.uri()};
+  for (ClientOptions* options : {&a_options, &b_options}) {
+    options->reconnect_min = 50ms;
+    options->reconnect_max = 200ms;
+  }
+  Client a(a_options);
+  Client b(b_options);
+  wait_until_counted(a, "warm-up");
+  wait_until_counted(b, "warm-up");
+  std::this_thread::sleep_for(1200ms);  // a durability read of A's on masters 0 and 2
+  a_to_0.retarget(1);                   // A cut off: port 1, where nothing listens
+  a_to_2.retarget(1);
+  for (const std::size_t i : {0u, 2u}) {
+    masters[i].kill();
+    masters[i].restart({"--appendonly", "no"});  // empty, and writing no AOF
+  }
+  std::optional<Lock> b_held;
+  ASSERT_TRUE(eventually(
+      [&] {
+        Result r = b.acquire("unseen");
+        if (r) b_held = *r.lock;
+        return r.ok();
+      },
+      6s))
+      << "B was not granted by the empty incarnations";
+  b_to_0.retarget(1);  // B stays cut off too: it keeps its lock (an availability cost only)
+  b_to_2.retarget(1);
+  for (const std::size_t i : {0u, 2u}) {
+    masters[i].kill();
+    masters[i].restart({"--appendonly", "yes"});  // the first incarnation's AOF, without B's key
+  }
+  a_to_0.retarget(masters[0].port());
+  a_to_2.retarget(masters[2].port());
+  ASSERT_TRUE(a.wait_connected(3, 5s));
+  const Result a_try = a.acquire("unseen");
+  const auto now = b.now();
+  const bool both = a_try.ok() && !b_held->lost() && b_held->deadline > now;
+  EXPECT_FALSE(both) << "A was granted while B held the lock (" << b.remaining(*b_held).count()
+                     << " us left): " << format_result(a_try);
+  if (a_try) a.release(*a_try.lock);
+}
+
 // One server reached through two addresses is one vote: with a dead third master, the
 // twin alone must not make a quorum of 2.
 TEST(RestartGuardTest, OneServerListedTwiceGivesOneVote) {

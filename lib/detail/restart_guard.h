@@ -60,7 +60,8 @@ class RestartGuard {
  public:
   // A restart keeps its votes and counts at once only if the new incarnation started within
   // this long after this Client last read the old one durable: one durability read interval,
-  // the 2 s uptime can over-report, and 2 s to restart.
+  // the 2 s uptime can over-report, and 2 s to restart. Or within max_lock_ttl, if that is
+  // shorter (RestartGuard::observe: an empty incarnation in between).
   static constexpr std::uint64_t kDurableReadGapNs = 5'000'000'000;
 
   RestartGuard(std::uint32_t size, std::uint32_t quorum, bool enabled, std::chrono::milliseconds max_lock_ttl);
