@@ -177,6 +177,9 @@ std::vector<Endpoint> validate(const ClientOptions& options) {
   not_negative(options.max_lock_ttl, "max_lock_ttl");
   not_negative(options.yield_to_waiters, "yield_to_waiters");
   require(!options.fence_key.empty(), "ClientOptions.fence_key is empty");
+  require(options.fence_key.size() <= kMaxKeyPrefixSize,
+          "ClientOptions.fence_key is " + std::to_string(options.fence_key.size()) + " bytes, more than the maximum " +
+              std::to_string(kMaxKeyPrefixSize));
   require(options.key_prefix.empty() || options.fence_key.rfind(options.key_prefix, 0) != 0,
           "ClientOptions.fence_key '" + options.fence_key + "' starts with key_prefix '" + options.key_prefix +
               "': a resource could share its key");

@@ -297,6 +297,18 @@ TEST(ClientValidation, KeyPrefixTooLong) {
   EXPECT_THAT(message, HasSubstr(std::to_string(redlock::kMaxKeyPrefixSize + 1)));
 }
 
+// Review 55: a 10 MB fence_key was accepted; every fenced acquire then failed with "backlog of
+// 0 bytes the master has not read (over 1048576)", naming neither fence_key nor its size.
+TEST(ClientValidation, FenceKeyTooLong) {
+  ClientOptions options = valid_options();
+  options.fence_key = std::string(redlock::kMaxKeyPrefixSize + 1, 'f');
+  const std::string message = config_error(options);
+  EXPECT_THAT(message, HasSubstr("fence_key"));
+  EXPECT_THAT(message, HasSubstr(std::to_string(redlock::kMaxKeyPrefixSize + 1)));
+  options.fence_key = std::string(redlock::kMaxKeyPrefixSize, 'f');
+  EXPECT_NO_THROW(Client client(options));
+}
+
 TEST(ClientValidation, SourceAddressNotAnIp) {
   ClientOptions options = valid_options();
   options.source_address = "not-an-ip";

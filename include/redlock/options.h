@@ -131,7 +131,8 @@ struct ClientOptions {
   Milliseconds max_lock_ttl{0};
 
   // Fencing (AcquireOptions::fencing). One counter key per master, shared by all resources,
-  // never expiring. Must not start with key_prefix (it would collide with a resource).
+  // never expiring. Must not start with key_prefix (it would collide with a resource); at most
+  // kMaxKeyPrefixSize bytes.
   std::string fence_key = "redlock-fence-counter";
   // A master seen for the first time or after a restart is "caught up" before its fencing
   // votes count: its counter is raised to the highest read from enough other masters.
@@ -198,7 +199,7 @@ struct AcquireOptions {
 inline constexpr std::size_t kMaxMasters = 64;
 // Largest resource name accepted, in bytes. Names are binary-safe.
 inline constexpr std::size_t kMaxResourceSize = 1024;
-// Largest key prefix accepted, in bytes.
+// Largest key prefix accepted, in bytes; ClientOptions::fence_key too.
 inline constexpr std::size_t kMaxKeyPrefixSize = 256;
 // Longest ttl, timeout or delay accepted in ClientOptions and AcquireOptions::ttl: 365 days.
 // (AcquireOptions::wait and Mutex::try_lock_for may be longer: they saturate to "no limit".)
