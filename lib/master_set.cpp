@@ -91,9 +91,9 @@ void MasterSet::owe_release(std::uint32_t index, std::string encoded, std::uint6
   if (!owed_.owe(index, std::move(encoded), until_ns) && !warned_[index].owed_dropped) {
     warned_[index].owed_dropped =
         diagnostics_.warn("master " + names_[index] + ": more than " + std::to_string(OwedReleases::kMaxPerMaster) +
-                              " releases are waiting to be sent again (its connection down, or the master BUSY or "
-                              "LOADING); more are not kept, and their "
-                              "keys stay there until their ttl",
+                              " releases are waiting to be sent again (its connection down, its backlog of "
+                              "unsent commands full, or the master BUSY or LOADING); more are not kept, and "
+                              "their keys stay there until their ttl",
                           names_[index] + " (owed releases)");
   }
 }
