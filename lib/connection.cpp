@@ -3,6 +3,7 @@
 
 #include <hiredis/hiredis.h>
 #include <hiredis/read.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <charconv>
@@ -26,6 +27,8 @@ struct Connection::Socket {
   std::size_t queued_writes = 0;  // write requests libuv has not completed
   uv_shutdown_t shutdown_req{};   // lingering: the FIN after the queued writes
   uv_timer_t* linger_timer = nullptr;  // set while lingering (Connection::linger)
+  std::uint64_t linger_step_ms = 0;    // lingering: how long past the master's last answer
+  std::uint64_t linger_end_ns = 0;     // lingering: never past this
   char read_buffer[64 * 1024];
 };
 
@@ -195,6 +198,7 @@ void Connection::on_connected(int status) {
         [](uv_stream_t* s, ssize_t nread, const uv_buf_t*) {
           auto* socket = static_cast<Socket*>(s->data);
           if (socket->owner == nullptr) {  // lingering: what comes is dropped, until the server's EOF
+            if (nread > 0) extend_linger(socket);
             if (nread < 0) end_linger(socket);
             return;
           }
@@ -222,6 +226,7 @@ void Connection::on_connected(int status) {
       [](uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
         auto* socket = static_cast<Socket*>(s->data);
         if (socket->owner == nullptr) {  // lingering: what comes is dropped, until the server's EOF
+          if (nread > 0) extend_linger(socket);
           if (nread < 0) end_linger(socket);
           return;
         }
@@ -648,16 +653,22 @@ void Connection::close() {
     // Closed with replies unread in it, a socket is reset by the kernel, and Redis drops what
     // it has not read yet: a review saw the cleanup releases of a few hundred acquires in
     // flight at ~Client lost that way, 5 of 5, their keys left for a whole ttl. So the socket
-    // lingers while its commands are due.
+    // lingers while its commands are due, and on while the master answers (extend_linger).
+    // Commands past their deadline, and releases (no deadline: late_after_ns 0), linger too:
+    // with thousands in flight every acquire was past due by the time the close ran, and the
+    // socket, not lingering at all, was reset before the master read the releases (review 55).
     std::uint64_t due = 0;
+    bool unanswered = false;
     for (std::size_t i = 0; i < pending_.size(); ++i) {
       if (pending_[i].step == Step::command || pending_[i].step == Step::late) {
         due = std::max(due, pending_[i].late_after_ns);
+        unanswered = true;
       }
     }
-    if (const std::uint64_t now = now_ns(); due > now) {
+    if (unanswered) {
+      const std::uint64_t now = now_ns();
       socket_->owner = nullptr;
-      linger(std::move(socket_), due - now);
+      linger(std::move(socket_), due > now ? due - now : 0);
     }
   }
   // A connection not ready held its commands for the handshake: they are dropped unsent.
@@ -672,15 +683,22 @@ void Connection::close() {
 
 // The socket says it is done writing (a FIN once the queued writes are out), drops whatever
 // comes in, and is closed at the server's EOF (Redis closes once it has read everything, so
-// it ran everything), at an error, or after `for_ns`, whichever comes first. It depends on
+// it ran everything), at an error, or after max(for_ns, kLingerStepNs), whichever comes
+// first; each answer the master sends meanwhile moves that end as far past it, up to
+// kMaxLingerNs after the close. (Review 55: with 10,000 acquires in flight at ~Client the
+// socket was reset 50 ms after the close, the commands' deadline, while the master still had
+// thousands of commands to read: 3,788 to 8,458 cancelled acquires' keys left on a quorum.)
+// A master that answers nothing (frozen) ends it at the first of those. It depends on
 // nothing of the Connection's: the Client may be gone before it ends.
 void Connection::linger(std::unique_ptr<Socket, UvClose<Socket>> socket, std::uint64_t for_ns) {
   auto* timer = new uv_timer_t{};
   uv_timer_init(socket->tcp.loop, timer);
   timer->data = socket.get();
   socket->linger_timer = timer;
-  uv_timer_start(
-      timer, [](uv_timer_t* due) { end_linger(static_cast<Socket*>(due->data)); }, (for_ns + 999'999) / 1'000'000, 0);
+  socket->linger_step_ms = (std::max(for_ns, kLingerStepNs) + 999'999) / 1'000'000;
+  socket->linger_end_ns = deadline_after(now_ns(), std::max(for_ns, kMaxLingerNs));
+  uv_update_time(socket->tcp.loop);
+  uv_timer_start(timer, on_linger_timer, socket->linger_step_ms, 0);
   Socket* const owned = socket.release();  // end_linger closes it
   const int rc = uv_shutdown(&owned->shutdown_req, reinterpret_cast<uv_stream_t*>(&owned->tcp),
                              [](uv_shutdown_t* request, int status) {
@@ -689,6 +707,29 @@ void Connection::linger(std::unique_ptr<Socket, UvClose<Socket>> socket, std::ui
                                }
                              });
   if (rc < 0) end_linger(owned);
+}
+
+void Connection::on_linger_timer(uv_timer_t* due) {
+  auto* socket = static_cast<Socket*>(due->data);
+  // A loop busy past the step (the shutdown of thousands of operations) runs this timer before
+  // it polls the socket: answers waiting there are the master still reading what was sent.
+  uv_os_fd_t fd = -1;
+  char byte = 0;
+  if (uv_fileno(reinterpret_cast<const uv_handle_t*>(&socket->tcp), &fd) == 0 &&
+      ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0) {
+    extend_linger(socket);
+    if (socket->linger_timer != nullptr && uv_is_active(reinterpret_cast<uv_handle_t*>(socket->linger_timer))) return;
+  }
+  end_linger(socket);
+}
+
+void Connection::extend_linger(Socket* socket) {
+  if (socket->linger_timer == nullptr) return;
+  const std::uint64_t now = now_ns();
+  if (now >= socket->linger_end_ns) return;  // the timer ends it
+  const std::uint64_t left_ms = (socket->linger_end_ns - now + 999'999) / 1'000'000;
+  uv_update_time(socket->tcp.loop);  // the step counts from now, not from the iteration's start
+  uv_timer_start(socket->linger_timer, on_linger_timer, std::min(socket->linger_step_ms, left_ms), 0);
 }
 
 void Connection::end_linger(Socket* socket) {

@@ -48,8 +48,9 @@ class Client {
   // partial grant is released, best effort) and closes the connections. Never throws.
   // A connection with commands still unanswered (those releases among them) is closed once
   // its master has read everything sent to it (the master's EOF), or at the last of those
-  // commands' deadlines (command_timeout after they were sent): closed at once, the kernel
-  // would reset it and the master drop what it had not read. The loop thread (or the
+  // commands' deadlines (command_timeout after they were sent; at least 100 ms), later while
+  // the master keeps answering (100 ms past each answer, up to 2 s): closed at once, the
+  // kernel would reset it and the master drop what it had not read. The loop thread (or the
   // caller's loop) runs until then, so ~Client may wait that long for a master that is slow.
   // The release of a Lease destroyed (or released) before it is sent first, best effort: to
   // the masters whose connection is ready at that moment. A release (release_async, or a

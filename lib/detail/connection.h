@@ -166,9 +166,11 @@ class Connection {
   // queued write counted with what it costs beyond its bytes (backlog_cost; releases: the
   // bytes alone, see send).
   static constexpr std::size_t kMaxUnsentBytes = 1u << 20;
-  // Releases may use this much more of each (every SET below the bounds has room for its
-  // release: a release encodes to a few dozen bytes more than a SET).
-  static constexpr std::size_t kReleaseReserveFactor = 2;
+  // Releases may use this much more of each, so that every SET below the bounds has room for
+  // its release: a release encodes to about 30 bytes more than a SET, so SETs of short keys
+  // filling kMaxUnsentBytes with their releases behind them come to about 2.4 times it (with
+  // 2, review 55 saw 525 releases of a burst of 10,000 acquires refused at ~Client).
+  static constexpr std::size_t kReleaseReserveFactor = 3;
   // TLS: unsent bytes, commands and the engine's own records together, past which the
   // connection is dropped. The engine answers a master's KeyUpdate request on its own; a master
   // that keeps asking and never reads would otherwise make the answers pile up without end (an
@@ -237,7 +239,13 @@ class Connection {
   // The one write path: 0, or a libuv error with nothing queued (close() ignores it).
   static int write_to(Socket& socket, std::string& bytes);
   static void linger(std::unique_ptr<Socket, UvClose<Socket>> socket, std::uint64_t for_ns);
+  static void extend_linger(Socket* socket);  // the master answered while lingering
+  static void on_linger_timer(uv_timer_t* due);
   static void end_linger(Socket* socket);
+  // Lingering (close()): how long past the master's last answer at least, and never longer
+  // than this after the close.
+  static constexpr std::uint64_t kLingerStepNs = 100'000'000;
+  static constexpr std::uint64_t kMaxLingerNs = 2'000'000'000;
 
   EventLoop& loop_;
   const ConnectionOptions options_;
