@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "detail/ms_text.h"
+#include "detail/status_query.h"
 #include "detail/sweep.h"
 #include "detail/token.h"
 #include "detail/uv_handle.h"
@@ -172,6 +173,23 @@ void ClientImpl::shutdown() {
   stop_leases();
   masters_.close();
   watch_.close();
+  // The close answered every command whose sink its connection still had. A command that a
+  // frozen master left unanswered past its deadline, under a backlog of more than
+  // Connection::kKeepLateSinksUpTo, gave its sink up at the next send there, and its round or
+  // status query waits for its deadline's task, which the loop's close drops: their callbacks
+  // were never called (a review: 0 of 300 releases, extends and status queries submitted while
+  // three masters were frozen, at a ~Client that came before that task ran). They are answered
+  // now, once each (a round already decided, or a query finished, is passed by), the masters
+  // that did not answer timed out: their deadline had passed. A release is then `cancelled`
+  // with how many masters it was written to (decided(), the answer of a release the close
+  // cuts): whether it ran is unknown. `released` would claim what no quorum confirmed, and
+  // quorum_unreachable an outage of masters that only went unheard because the Client shut
+  // down. An extend reads quorum_unreachable, as one the close cuts does.
+  deadlines_.expire_all();
+  for (const auto& weak : status_queries_) {
+    if (const auto query = weak.lock()) query->finish();
+  }
+  status_queries_.clear();
   for (auto& [id, op] : operations_) op->round.reset();  // cut op <-> round cycles
   operations_.clear();
   loop_->close();

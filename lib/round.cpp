@@ -356,6 +356,16 @@ void RoundDeadlines::remove(Round& round) noexcept {
   round.queued_ = false;
 }
 
+void RoundDeadlines::expire_all() {
+  if (timer_ != 0) loop_.cancel(std::exchange(timer_, 0));
+  while (head_ != nullptr) {
+    // Held: timing out can finish the operation, which drops its round.
+    const std::shared_ptr<Round> round = head_->shared_from_this();
+    remove(*round);
+    round->on_deadline();
+  }
+}
+
 void RoundDeadlines::arm() {
   if (head_ == nullptr || expiring_) return;  // expire() arms once it is done
   const std::uint64_t deadline = head_->late_after_ns();

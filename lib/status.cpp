@@ -14,6 +14,7 @@
 #include "detail/loop_time.h"
 #include "detail/master_set.h"
 #include "detail/status_query.h"
+#include "detail/sweep.h"
 #include "detail/validation.h"
 #include "redlock/errors.h"
 
@@ -405,6 +406,9 @@ void ClientImpl::status_async(std::optional<std::string> resource, StatusCallbac
     }
     auto query = std::make_shared<StatusQuery>(*loop_, masters_, diagnostics_, options_.command_timeout,
                                                std::move(resource), std::move(key), options_.fence_key, call);
+    sweep_when_doubled(status_queries_, status_queries_sweep_at_, 64,
+                       [](const std::weak_ptr<StatusQuery>& weak) { return weak.expired(); });
+    status_queries_.push_back(query);
     query->start();
   });
   if (!posted) {

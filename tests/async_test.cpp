@@ -558,6 +558,86 @@ TEST(AsyncTest, DestroyingTheClientWithTenThousandAcquiresInFlightLeavesNoKeyOfA
   destroy_with_acquires_in_flight(10000, ClientOptions{}.command_timeout);
 }
 
+// Commands a frozen master has not answered past their deadline give up their sinks once more
+// than Connection::kKeepLateSinksUpTo are outstanding there (at the next send): their rounds
+// and status queries time them out at their own deadline. A ~Client that came before that
+// (the loop busy; here, a caller's loop not run meanwhile) called none of their callbacks
+// (a review: 0 of 300 releases, extends and status queries, 5 of 5 runs). Each is answered
+// exactly once: the releases `cancelled` (written, whether they ran is unknown), the extends
+// and the status queries with the masters that did not answer.
+TEST(AsyncTest, DestroyingTheClientAnswersWhatFrozenMastersLeftUnansweredPastItsDeadline) {
+  RedisServerGroup masters(3);
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  constexpr std::size_t kEach = 300;        // more than Connection::kKeepLateSinksUpTo (256) on every connection
+  std::vector<int> releases(kEach + 1, 0);  // callbacks per call; the last: the release that drops the sinks
+  std::vector<int> extends(kEach, 0);
+  std::vector<int> statuses(kEach, 0);
+  std::vector<Result> release_results(kEach + 1);
+  std::vector<Result> extend_results(kEach);
+  std::vector<FleetStatus> status_results(kEach);
+  {
+    auto options = lasting_options(masters, &loop);
+    options.command_timeout = 100ms;
+    Client client(options);
+    run_until_all_connected(client, loop);
+    std::optional<Result> acquired;
+    client.acquire_async("late-held", [&](Result r) { acquired = std::move(r); });
+    while (!acquired) uv_run(&loop, UV_RUN_ONCE);
+    ASSERT_TRUE(acquired->lock) << format_result(*acquired);
+    for (std::size_t i = 0; i < masters.size(); ++i) masters[i].freeze();
+    const Lock released = client.adopt("late-released", "0123456789abcdef0123456789abcdef");
+    const auto release = [&](std::size_t i) {
+      client.release_async(released, [&, i](Result r) {
+        ++releases[i];
+        release_results[i] = std::move(r);
+      });
+    };
+    for (std::size_t i = 0; i < kEach; ++i) {
+      release(i);
+      client.extend_async(*acquired->lock, [&, i](Result r) {
+        ++extends[i];
+        extend_results[i] = std::move(r);
+      });
+      client.status_async(std::nullopt, [&, i](FleetStatus s) {
+        ++statuses[i];
+        status_results[i] = std::move(s);
+      });
+    }
+    uv_run(&loop, UV_RUN_NOWAIT);  // one pass: every call begins, its commands queued on every connection
+    // Past every deadline, and no pass of the loop to time anything out.
+    std::this_thread::sleep_for(options.command_timeout + 50ms);
+    // Begun by ~Client's shutdown: its send on each connection gives up the late sinks there.
+    release(kEach);
+  }  // ~Client on the loop's thread while the loop is not running: the shutdown runs here
+  uv_run(&loop, UV_RUN_DEFAULT);
+  for (std::size_t i = 0; i < masters.size(); ++i) masters[i].thaw();
+  EXPECT_EQ(detail::close_uv_loop(&loop), 0);
+  EXPECT_EQ(std::count(releases.begin(), releases.end(), 1), std::ptrdiff_t{kEach + 1})
+      << "releases answered exactly once";
+  EXPECT_EQ(std::count(extends.begin(), extends.end(), 1), std::ptrdiff_t{kEach}) << "extends answered exactly once";
+  EXPECT_EQ(std::count(statuses.begin(), statuses.end(), 1), std::ptrdiff_t{kEach})
+      << "status queries answered exactly once";
+  for (std::size_t i = 0; i <= kEach; ++i) {
+    if (releases[i] != 1) continue;
+    SCOPED_TRACE("release " + std::to_string(i));
+    EXPECT_EQ(release_results[i].outcome, Outcome::cancelled) << format_result(release_results[i]);
+    EXPECT_NE(release_results[i].message.find("whether it ran there is unknown"), std::string::npos)
+        << release_results[i].message;
+  }
+  for (std::size_t i = 0; i < kEach; ++i) {
+    if (extends[i] != 1) continue;
+    SCOPED_TRACE("extend " + std::to_string(i));
+    EXPECT_EQ(extend_results[i].outcome, Outcome::quorum_unreachable) << format_result(extend_results[i]);
+  }
+  for (std::size_t i = 0; i < kEach; ++i) {
+    if (statuses[i] != 1) continue;
+    SCOPED_TRACE("status " + std::to_string(i));
+    EXPECT_FALSE(status_results[i].can_grant);
+    for (const auto& master : status_results[i].masters) EXPECT_FALSE(master.reachable) << master.endpoint;
+  }
+}
+
 TEST(AsyncTest, AttachesToACallersLoopAndTheLoopClosesCleanly) {
   RedisServerGroup masters(3);
   uv_loop_t loop;

@@ -37,6 +37,7 @@
 namespace redlock::detail {
 
 class LeaseCore;
+class StatusQuery;
 
 // Calls a user callback at the library boundary: its exceptions go no further. (The Result
 // is passed on, not copied: each hop by value costs a move of the whole Result.)
@@ -297,6 +298,9 @@ class ClientImpl {
   void check_connect_waits();
   std::vector<std::weak_ptr<LeaseCore>> leases_;  // stopped at shutdown; swept when it doubles
   std::size_t leases_sweep_at_ = 64;
+  // Status queries in flight: answered at shutdown (StatusQuery::finish); swept when it doubles.
+  std::vector<std::weak_ptr<StatusQuery>> status_queries_;
+  std::size_t status_queries_sweep_at_ = 64;
   // Once a second while leases live: did the validity clock move further than the loop's since
   // the last look (the machine slept)? Then every lease checks its loss moment. lib/lease.cpp.
   void arm_sleep_check();

@@ -55,6 +55,13 @@ class RoundDeadlines {
 
   void add(Round& round);
   void remove(Round& round) noexcept;  // nothing if it is not in the list
+  // ~Client, once every connection is closed (which failed each command whose sink it still
+  // had): a round still in the list waits for replies that no connection will deliver, those
+  // of commands past their deadline whose sinks a long backlog released
+  // (Connection::release_late_sinks). The timer that would time it out is among the tasks
+  // EventLoop::close drops, so it times out now (Round::on_deadline), once: it leaves the list
+  // first, as a decided round has.
+  void expire_all();
 
  private:
   void arm();

@@ -36,6 +36,11 @@ class StatusQuery final : public std::enable_shared_from_this<StatusQuery> {
 
   // Sends to every master and arms the deadline; may finish before it returns.
   void start();
+  // Answers `done` with what has come (a master that has not answered is unreachable), once:
+  // at the last reply, at the deadline, or at ~Client (ClientImpl::shutdown: a master's
+  // replies past the deadline may have been given up, Connection::release_late_sinks, and
+  // the deadline's task is dropped with the loop). Idempotent.
+  void finish();
 
  private:
   class MasterSink;
@@ -54,7 +59,6 @@ class StatusQuery final : public std::enable_shared_from_this<StatusQuery> {
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure);
   void read(std::uint32_t index, Command command, const redisReply& reply);
   [[nodiscard]] bool everyone_answered() const;
-  void finish();
   void assess(std::uint32_t index, const std::vector<MasterReport>& earlier, MasterReport& report) const;
   void summarize_resource(FleetStatus& status) const;
 
