@@ -2,6 +2,7 @@
 // The asynchronous API: callbacks on the loop thread, cancellation, shutdown with
 // operations in flight, and a Client attached to a uv loop the caller owns.
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
@@ -10,8 +11,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -113,12 +116,26 @@ TEST(AsyncTest, WaitConnectedWhileTheClientIsDestroyedAnswersFalse) {
   std::vector<std::string> uris = masters.uris();
   uris.push_back("redis://127.0.0.1:1");  // never connects: the waits below cannot be met
   options.masters = uris;
+  // The state letter of thread `tid` of this process (/proc: 'S' while it sleeps in a wait).
+  const auto state_of = [](pid_t tid) {
+    std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
+    const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto paren = text.rfind(") ");
+    return paren == std::string::npos || paren + 2 >= text.size() ? '?' : text[paren + 2];
+  };
   for (int round = 0; round < 5; ++round) {
     auto client = std::make_unique<Client>(options);
     std::promise<bool> answered;
     Client* const shared = client.get();
-    std::thread waiter([&answered, shared] { answered.set_value(shared->wait_connected(4, 10s)); });
-    std::this_thread::sleep_for(20ms);
+    std::atomic<pid_t> waiter_tid{0};
+    std::thread waiter([&answered, &waiter_tid, shared] {
+      waiter_tid = static_cast<pid_t>(::syscall(SYS_gettid));
+      answered.set_value(shared->wait_connected(4, 10s));
+    });
+    // Destroyed only once the waiter sleeps inside wait_connected: after a fixed 20 ms, a waiter
+    // that started late on a loaded machine called into the destroyed Client (a SEGFAULT seen
+    // once in a full-suite run).
+    ASSERT_TRUE(eventually([&] { return waiter_tid.load() != 0 && state_of(waiter_tid.load()) == 'S'; }, 5s));
     client.reset();
     auto answer = answered.get_future();
     ASSERT_EQ(answer.wait_for(5s), std::future_status::ready) << "round " << round << ": wait_connected still blocked";
