@@ -343,6 +343,7 @@ void ClientImpl::send_round(const std::shared_ptr<Operation>& op, RoundKind kind
       for (std::uint32_t i = 0; i < op->acquire().fenced->masters.size(); ++i) {
         if (op->acquire().fenced->masters[i].status == MasterStatus::ok) args.granted |= std::uint64_t{1} << i;
       }
+      lock_state = op->acquire().fenced->state;  // and the grants that came after the decision
       break;
     case RoundKind::extend:
       args.token = op->extend().lock.token;

@@ -198,10 +198,12 @@ MasterStatus Round::classify(std::uint32_t index, const redisReply* reply, std::
     error = std::move(*why);
     return MasterStatus::not_counted;
   }
-  if (args_.kind == RoundKind::fence && (args_.granted & (std::uint64_t{1} << index)) == 0) {
-    // Raised, but the attempt's SET was not granted here: a later attempt may take its key
-    // here without crossing ours, so its INCR would not be ordered after this raise (review
-    // 53: a later grant got a lower token).
+  if (args_.kind == RoundKind::fence && (args_.granted & (std::uint64_t{1} << index)) == 0 &&
+      !(state_ && state_->epochs[index] != 0)) {
+    // Raised, but the attempt's SET was not granted here (in time, or late: the lock's state
+    // records late grants): a later attempt may take its key here without crossing ours, so
+    // its INCR would not be ordered after this raise (review 53: a later grant got a lower
+    // token).
     error = "raised, but this master did not grant the attempt's SET: only a granting master's raise counts";
     return MasterStatus::not_counted;
   }

@@ -288,6 +288,37 @@ TEST(FencingRounds, AGrantWhoseAttemptBeganBeforeAnEarlierGrantStillGetsAHigherT
                           << " runs with both granted)";
 }
 
+// Review 56: a master whose round-1 grant came after the decision did grant the SET, so its
+// raise counts. N = 5: masters 3 and 4 answer round 1 100 ms late (decided by 0, 1 and 2),
+// master 2's raise is held past the deadline. With only the decision's granters counted the
+// attempt failed ("2 of 5 masters acknowledged the fencing token, 3 needed"), 5 of 5 runs.
+TEST(FencingRounds, ALateGrantersRaiseCounts) {
+  RedisServerGroup masters(5);
+  const std::string fence_key = ClientOptions{}.fence_key;
+  std::atomic<bool> armed{false};
+  const auto hold = [&](std::string_view chunk, bool raise, Milliseconds delay) {
+    const bool is_raise =
+        chunk.find("$1\r\n1\r\n$" + std::to_string(fence_key.size()) + "\r\n" + fence_key) != std::string_view::npos;
+    const bool is_set = chunk.find("redlock:late") != std::string_view::npos && !is_raise;
+    if (armed.load() && (raise ? is_raise : is_set)) std::this_thread::sleep_for(delay);
+  };
+  TcpProxy to_2(masters[2].port(), [&](std::string_view chunk) { hold(chunk, true, 700ms); });
+  TcpProxy to_3(masters[3].port(), [&](std::string_view chunk) { hold(chunk, false, 100ms); });
+  TcpProxy to_4(masters[4].port(), [&](std::string_view chunk) { hold(chunk, false, 100ms); });
+  auto options =
+      options_for(std::vector<std::string>{masters[0].uri(), masters[1].uri(), to_2.uri(), to_3.uri(), to_4.uri()});
+  Client client(options);
+  warm_up_fenced(client, masters.size());
+  AcquireOptions once;
+  once.fencing = true;
+  once.retry_count = 0;
+  armed = true;
+  const Result held = client.acquire("late", once);
+  armed = false;
+  ASSERT_TRUE(held) << format_result(held);
+  EXPECT_TRUE(client.release(*held.lock));
+}
+
 // A fenced grant's validity is counted from round 1's start (docs/fencing.md): the keys were
 // set then, and expire ttl after it whatever round 2 costs. Round 1 is held up 600 ms (every
 // master frozen while it is in flight), round 2 is quick: a deadline counted from round 2

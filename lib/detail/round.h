@@ -95,8 +95,9 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
  public:
   using OnDecided = std::function<void(Round&)>;
 
-  // `state`: an extend's lock state (which incarnations granted it), or a release's (where its
-  // SET did not run: LockState::not_run); null otherwise or for an adopted lock. `hear_everyone`: decide only once
+  // `state`: an extend's lock state (which incarnations granted it), a fencing round's (which
+  // masters granted round 1, late ones included), or a release's (where its SET did not run:
+  // LockState::not_run); null otherwise or for an adopted lock. `hear_everyone`: decide only once
   // every master answered or timed out (the library's own release of a failed acquire, whose refusals must be warned
   // about). Takes t0 on both time bases now: elapsed time is never under-counted.
   Round(const RoundContext& context, RoundArgs args, std::shared_ptr<LockState> state, bool hear_everyone,
