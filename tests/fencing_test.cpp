@@ -269,7 +269,9 @@ TEST(FencingRounds, AGrantWhoseAttemptBeganBeforeAnEarlierGrantStillGetsAHigherT
     std::thread b_thread([&] { b_held = b.acquire("overlap", once); });
     ASSERT_TRUE(eventually([&] { return get(masters[0], "redlock:overlap").has_value(); }, 2s));
     const Result a_held = a.acquire("overlap", once);
-    if (a_held) EXPECT_TRUE(a.release(*a_held.lock));
+    if (a_held) {
+      EXPECT_TRUE(a.release(*a_held.lock));
+    }
     b_thread.join();
     armed = false;
     if (a_held && b_held) {
