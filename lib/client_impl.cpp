@@ -152,6 +152,7 @@ void ClientImpl::destroy_from_callback(std::unique_ptr<ClientImpl> impl) {
 void ClientImpl::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  masters_.begin_close();  // every acquire in flight gets room for its release
   begin_lease_releases();  // first: a Lease destroyed before ~Client is released before anything else
   shutting_down_ = true;
   std::vector<OperationId> live;

@@ -434,7 +434,8 @@ bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink,
   // A release is held to the bytes alone: its SET was held to their cost too, so every SET
   // that went in leaves its release more room than it took (a release is a few dozen bytes
   // longer; each write of a SET may have cost some 250 bytes more).
-  if (const std::size_t unsent = release ? unsent_bytes() : backlog_cost(); unsent + encoded.size() > kMaxUnsentBytes * factor) {
+  if (const std::size_t unsent = release ? unsent_bytes() : backlog_cost();
+      !(release && closing_) && unsent + encoded.size() > kMaxUnsentBytes * factor) {
     last_error_ = "backlog of " + std::to_string(unsent) + " bytes the master has not read (over " +
                   std::to_string(kMaxUnsentBytes * factor) + ")";
     return false;

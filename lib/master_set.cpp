@@ -43,6 +43,10 @@ void MasterSet::start() {
   }
 }
 
+void MasterSet::begin_close() noexcept {
+  for (auto& connection : connections_) connection->begin_close();
+}
+
 void MasterSet::close() {
   // Read before the first close: closing one fails its commands, which can decide a round.
   ready_when_closed_ = ready_set();

@@ -131,6 +131,13 @@ class Connection {
   // Best-effort write of what is queued, then closes the socket. Outstanding sinks get a
   // failure. No reconnect afterwards.
   void close();
+  // The Client is shutting down: from now on a release is held to the count bound alone, not
+  // to the bytes bound. Every acquire in flight gets its release at the shutdown, and SETs the
+  // socket took no longer count against the bytes bound, so the reserve did not have room for
+  // their releases (review 57: 9,864 to 16,286 keys left with 30,000 in flight). The bytes so
+  // queued are bounded by the count (kMaxOutstanding * kReleaseReserveFactor releases) and
+  // last until the close.
+  void begin_close() noexcept { closing_ = true; }
 
   [[nodiscard]] State state() const noexcept { return state_; }
   [[nodiscard]] bool ready() const noexcept { return state_ == State::ready; }
@@ -251,6 +258,7 @@ class Connection {
   const ConnectionOptions options_;
   const std::string name_;
   State state_ = State::disconnected;
+  bool closing_ = false;  // see begin_close()
   std::string last_error_ = "not connected yet";
   std::string failed_because_;  // see failed_because()
   // The current socket (see detail/uv_handle.h); null while disconnected.

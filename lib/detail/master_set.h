@@ -44,6 +44,9 @@ class MasterSet {
 
   // Loop thread: creates the connections and starts connecting.
   void start();
+  // The Client begins to shut down: releases are held to the count bound alone from now on
+  // (Connection::begin_close).
+  void begin_close() noexcept;
   // Closes every connection (their outstanding sinks get a failure); no reconnect after.
   void close();
   [[nodiscard]] bool closed() const noexcept { return closed_; }
