@@ -446,6 +446,14 @@ bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink,
   return true;
 }
 
+void Connection::begin_close(std::string_view first) {
+  closing_ = true;
+  // Handshaking: the handshake's own SCRIPT LOAD runs ahead of every command held meanwhile.
+  if (first.empty() || state_ != State::ready || pushing()) return;
+  out_.append(first);
+  pending_.push_back({nullptr, 0, now_ns(), Step::late, 0});
+}
+
 bool Connection::send_push(std::string_view encoded) {
   if (!pushing()) return false;
   if (const std::size_t unsent = backlog_cost(); unsent + encoded.size() > kMaxUnsentBytes) {

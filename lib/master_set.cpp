@@ -43,8 +43,8 @@ void MasterSet::start() {
   }
 }
 
-void MasterSet::begin_close() noexcept {
-  for (auto& connection : connections_) connection->begin_close();
+void MasterSet::begin_close() {
+  for (auto& connection : connections_) connection->begin_close(commands_.release_load_command());
 }
 
 void MasterSet::close() {

@@ -518,7 +518,7 @@ TEST(AsyncTest, DestroyingTheClientCancelsWhatIsInFlight) {
 }
 
 // `count` acquires in flight at ~Client: every key left must be a grant the caller was told of.
-void destroy_with_acquires_in_flight(int count, Milliseconds command_timeout) {
+void destroy_with_acquires_in_flight(int count, Milliseconds command_timeout, bool flush_scripts = false) {
   RedisServerGroup masters(3);
   std::mutex mutex;
   std::set<std::string> granted;
@@ -530,6 +530,9 @@ void destroy_with_acquires_in_flight(int count, Milliseconds command_timeout) {
     options.command_timeout = command_timeout;
     Client client(options);
     ASSERT_TRUE(client.wait_connected(3, 5s));
+    if (flush_scripts) {
+      for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"SCRIPT", "FLUSH"});
+    }
     for (int i = 0; i < count; ++i) {
       AcquireOptions plain;
       plain.retry_count = 0;
@@ -582,6 +585,13 @@ TEST(AsyncTest, DestroyingTheClientWithTenThousandAcquiresInFlightLeavesNoKeyOfA
 // count bound alone.
 TEST(AsyncTest, DestroyingTheClientWithThirtyThousandAcquiresInFlightLeavesNoKeyOfACancelledOne) {
   destroy_with_acquires_in_flight(30000, ClientOptions{}.command_timeout);
+}
+
+// After SCRIPT FLUSH on the masters (review 57: 9 of 11 runs left the acquires' keys): the
+// releases written at the close were EVALSHA, answered NOSCRIPT on a socket that drops its
+// replies, never sent again with EVAL. The close loads the release script ahead of them.
+TEST(AsyncTest, DestroyingTheClientAfterTheMastersFlushedTheirScriptsLeavesNoKeyOfACancelledOne) {
+  destroy_with_acquires_in_flight(300, 500ms, true);
 }
 
 // Commands a frozen master has not answered past their deadline give up their sinks once more

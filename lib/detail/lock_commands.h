@@ -202,6 +202,9 @@ class LockCommands {
   // permission probe (a fresh probe key and token each time). In permission_probe.cpp.
   [[nodiscard]] std::vector<HandshakeStep> handshake_steps() const;
 
+  // SCRIPT LOAD of the release script (encoded): sent ahead of the releases of a shutdown.
+  [[nodiscard]] const std::string& release_load_command() const noexcept { return release_.load_command; }
+
   [[nodiscard]] const std::string& key_prefix() const noexcept { return key_prefix_; }
   [[nodiscard]] const std::string& fence_key() const noexcept { return fence_key_; }
 

@@ -46,7 +46,7 @@ class MasterSet {
   void start();
   // The Client begins to shut down: releases are held to the count bound alone from now on
   // (Connection::begin_close).
-  void begin_close() noexcept;
+  void begin_close();
   // Closes every connection (their outstanding sinks get a failure); no reconnect after.
   void close();
   [[nodiscard]] bool closed() const noexcept { return closed_; }
