@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: Apache-2.0
+// The restart guard's keyspace mark (docs/design.md, "Restart guard"): a key of our own under
+// the prefix on every master, set at each handshake and checked atomically by every acquire,
+// so that a wipe that keeps the run_id (FLUSHALL, FLUSHDB, SWAPDB, DEBUG RELOAD NOSAVE without
+// an RDB file) is taken for keys replaced: the master's votes are taken from held locks and
+// its grants count only max_lock_ttl later.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+namespace redlock::testing {
+namespace {
+
+constexpr auto kMaxLockTtl = 2000ms;
+const std::string kMark = "redlock:__redlock_mark";
+
+support::RedisServerOptions debug_allowed() {
+  support::RedisServerOptions options;
+  options.extra_args = {"--enable-debug-command", "yes"};
+  return options;
+}
+
+ClientOptions guarded(const RedisServerGroup& masters) {
+  auto options = options_for(masters);
+  options.restart_guard = true;
+  options.ttl = kMaxLockTtl;
+  options.max_lock_ttl = kMaxLockTtl;
+  return options;
+}
+
+// Every master counts this Client's grants (the age rule, and the mark's first contact, passed).
+void wait_until_counted(Client& client, const std::string& probe) {
+  ASSERT_TRUE(eventually(
+      [&] {
+        if (client.status().voters < client.size()) return false;
+        const Result r = client.acquire(probe);
+        if (r) client.release(*r.lock);
+        return r.ok() && r.count(MasterStatus::not_counted) == 0;
+      },
+      10s));
+}
+
+// A holds a lock on N = 3; `wipe` runs on masters 0 and 1; B, warmed before, must not be
+// granted, and is granted once max_lock_ttl has passed (A's key on master 2 has expired too).
+void wipe_two_then_acquire(const std::vector<std::string>& wipe) {
+  RedisServerGroup masters(3, debug_allowed());
+  Client a(guarded(masters));
+  Client b(guarded(masters));
+  ASSERT_TRUE(a.wait_connected(3, 5s));
+  ASSERT_TRUE(b.wait_connected(3, 5s));
+  wait_until_counted(a, "warm-up-a");
+  wait_until_counted(b, "warm-up-b");
+  const Result held = a.acquire("res");
+  ASSERT_TRUE(held.ok()) << format_result(held);
+  masters[0].command(wipe);
+  masters[1].command(wipe);
+  ASSERT_EQ(with_key(masters, "redlock:res"), 1u);  // the wipe took A's key from masters 0 and 1
+  const auto wiped_at = std::chrono::steady_clock::now();
+  const Result stolen = b.acquire("res");
+  if (stolen.ok()) b.release(*stolen.lock);
+  EXPECT_FALSE(stolen.ok()) << "granted a lock A holds: " << format_result(stolen);
+  for (std::uint32_t i = 0; i < 2 && !stolen.ok(); ++i) {
+    EXPECT_NE(stolen.masters[i].status, MasterStatus::ok) << format_result(stolen);
+  }
+  // Granted again once the wiped masters count (max_lock_ttl after the wipe was seen).
+  bool again = false;
+  while (!again && std::chrono::steady_clock::now() - wiped_at < 10s) {
+    const Result r = b.acquire("res");
+    if (r.ok()) {
+      again = true;
+      EXPECT_GE(std::chrono::steady_clock::now() - wiped_at, kMaxLockTtl - 200ms) << format_result(r);
+      b.release(*r.lock);
+    } else {
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  EXPECT_TRUE(again) << "never granted again after the wipe";
+}
+
+TEST(KeyspaceMarkTest, FlushallOnTwoMastersDoesNotGrantAHeldLock) { wipe_two_then_acquire({"FLUSHALL"}); }
+
+TEST(KeyspaceMarkTest, FlushdbOnTwoMastersDoesNotGrantAHeldLock) { wipe_two_then_acquire({"FLUSHDB"}); }
+
+TEST(KeyspaceMarkTest, SwapdbOnTwoMastersDoesNotGrantAHeldLock) { wipe_two_then_acquire({"SWAPDB", "0", "1"}); }
+
+// Without an RDB file the reload fails ("Error trying to load the RDB dump") after emptying
+// the dataset: run_id and connections stay.
+TEST(KeyspaceMarkTest, DebugReloadNosaveOnTwoMastersDoesNotGrantAHeldLock) {
+  wipe_two_then_acquire({"DEBUG", "RELOAD", "NOSAVE"});
+}
+
+// A master up longer than max_lock_ttl (the age rule would count it) whose mark is absent at
+// this Client's first contact may have been wiped at any earlier time: not counted at once.
+TEST(KeyspaceMarkTest, AFirstContactWithoutAMarkIsNotCountedAtOnce) {
+  RedisServerGroup masters(3);
+  std::this_thread::sleep_for(kMaxLockTtl + 1500ms);
+  Client client(guarded(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result early = client.acquire("first");
+  if (early.ok()) client.release(*early.lock);
+  EXPECT_FALSE(early.ok()) << format_result(early);
+  EXPECT_GE(early.count(MasterStatus::not_counted), 2u) << format_result(early);
+  for (const auto& master : early.masters) {
+    if (master.status != MasterStatus::not_counted) continue;
+    EXPECT_NE(master.error.find("keyspace"), std::string::npos) << master.error;
+  }
+  EXPECT_EQ(with_key(masters, kMark), 3u);
+  wait_until_counted(client, "later");
+}
+
+// A first contact that finds the mark another Client left counts the master (age rule only).
+TEST(KeyspaceMarkTest, AFirstContactFindingAMarkCountsAtOnce) {
+  RedisServerGroup masters(3);
+  {
+    Client first(guarded(masters));
+    ASSERT_TRUE(first.wait_connected(3, 5s));
+  }
+  std::this_thread::sleep_for(kMaxLockTtl + 1500ms);
+  Client client(guarded(masters));
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  const Result r = client.acquire("first");
+  EXPECT_TRUE(r.ok()) << format_result(r);
+  EXPECT_EQ(r.count(MasterStatus::not_counted), 0u) << format_result(r);
+}
+
+// A's lock, not renewed, hears that it lost a quorum within about a second of the wipe (the
+// mark is read with the role every second), not at its expiry.
+TEST(KeyspaceMarkTest, AHeldLockHearsTheWipeOfTwoMasters) {
+  RedisServerGroup masters(3);
+  {
+    // Leaves the marks: A's first contact then finds them (the age rule alone holds A back).
+    Client first(guarded(masters));
+    ASSERT_TRUE(first.wait_connected(3, 5s));
+  }
+  auto options = guarded(masters);
+  options.max_lock_ttl = 5s;
+  options.ttl = 5s;
+  Client a(options);
+  ASSERT_TRUE(a.wait_connected(3, 5s));
+  ASSERT_TRUE(eventually(
+      [&] {
+        const Result r = a.acquire("warm-up");
+        if (r) a.release(*r.lock);
+        return r.ok() && r.count(MasterStatus::not_counted) == 0;
+      },
+      15s));
+  const Result held = a.acquire("res");
+  ASSERT_TRUE(held.ok()) << format_result(held);
+  masters[0].command({"FLUSHALL"});
+  masters[1].command({"FLUSHALL"});
+  const auto wiped_at = std::chrono::steady_clock::now();
+  EXPECT_TRUE(eventually([&] { return held.lock->lost(); }, 3s)) << "the lock did not hear the wipe";
+  std::cout << "lost after " << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - wiped_at).count()
+            << " ms\n";
+}
+
+}  // namespace
+}  // namespace redlock::testing
