@@ -92,7 +92,7 @@ ClientImpl::ClientImpl(ClientOptions options)
       tls_(make_tls_context(options_, endpoints_)),
       clock_(options_.clock ? options_.clock : std::make_shared<SteadyClock>()),
       diagnostics_(endpoints_, on_warning_for(options_.on_warning, this)),
-      commands_(options_.key_prefix, options_.fence_key),
+      commands_(options_.key_prefix, options_.fence_key, options_.restart_guard),
       loop_(std::make_unique<EventLoop>(options_.loop)),
       deadlines_(*loop_),
       masters_(*loop_, options_, endpoints_, commands_, diagnostics_, tls_.get()),

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "detail/token.h"
+
 namespace redlock::detail {
 namespace {
 
@@ -42,20 +44,27 @@ std::string release_channel(std::string_view key) {
   return channel;
 }
 
-LockCommands::LockCommands(std::string key_prefix, std::string fence_key)
-    : key_prefix_(std::move(key_prefix)), fence_key_(std::move(fence_key)) {}
+LockCommands::LockCommands(std::string key_prefix, std::string fence_key, bool keyspace_mark)
+    : key_prefix_(std::move(key_prefix)),
+      fence_key_(std::move(fence_key)),
+      keyspace_mark_(keyspace_mark),
+      mark_key_(key_prefix_ + std::string(kMarkKeyName)) {}
 
-void LockCommands::append(std::string& out, const RoundArgs& args, bool use_eval) const {
+void LockCommands::append(std::string& out, const RoundArgs& args, bool use_eval, std::string_view mark) const {
   switch (args.kind) {
-    case RoundKind::acquire:
+    case RoundKind::acquire: {
+      const std::string_view* checked = keyspace_mark_ ? &mark : nullptr;
       if (args.fencing) {
-        fenced_acquire(out, args.key, args.token, args.ttl, use_eval);
+        fenced_acquire(out, args.key, args.token, args.ttl, use_eval, checked);
       } else if (args.learn_pttl) {
-        waiting_acquire(out, args.key, args.token, args.ttl, use_eval);
+        waiting_acquire(out, args.key, args.token, args.ttl, use_eval, checked);
+      } else if (keyspace_mark_) {
+        marked_acquire(out, args.key, args.token, args.ttl, use_eval, mark);
       } else {
         acquire(out, args.key, args.token, args.ttl);
       }
       return;
+    }
     case RoundKind::extend:
       extend(out, args.key, args.token, args.ttl, use_eval);
       return;
@@ -73,17 +82,35 @@ void LockCommands::acquire(std::string& out, std::string_view key, std::string_v
   append_set_nx_px(out, key, token, ttl.count());
 }
 
-void LockCommands::waiting_acquire(std::string& out, std::string_view key, std::string_view token,
-                                   std::chrono::milliseconds ttl, bool use_eval) const {
+void LockCommands::marked_acquire(std::string& out, std::string_view key, std::string_view token,
+                                  std::chrono::milliseconds ttl, bool use_eval, std::string_view mark) const {
   const DecimalText px(static_cast<long long>(ttl.count()));
-  append_script_call(out, waiting_acquire_, use_eval, {key}, {token, px.view()});
+  append_script_call(out, marked_acquire_, use_eval, {key, mark_key_}, {token, px.view(), mark});
+}
+
+void LockCommands::waiting_acquire(std::string& out, std::string_view key, std::string_view token,
+                                   std::chrono::milliseconds ttl, bool use_eval, const std::string_view* mark) const {
+  const DecimalText px(static_cast<long long>(ttl.count()));
+  if (mark != nullptr) {
+    append_script_call(out, waiting_acquire_, use_eval, {key, mark_key_}, {token, px.view(), *mark});
+  } else {
+    append_script_call(out, waiting_acquire_, use_eval, {key}, {token, px.view()});
+  }
 }
 
 void LockCommands::fenced_acquire(std::string& out, std::string_view key, std::string_view token,
-                                  std::chrono::milliseconds ttl, bool use_eval) const {
+                                  std::chrono::milliseconds ttl, bool use_eval, const std::string_view* mark) const {
   const DecimalText px(static_cast<long long>(ttl.count()));
-  append_script_call(out, fenced_acquire_, use_eval, {key, fence_key_}, {token, px.view()});
+  if (mark != nullptr) {
+    append_script_call(out, fenced_acquire_, use_eval, {key, fence_key_, mark_key_}, {token, px.view(), *mark});
+  } else {
+    append_script_call(out, fenced_acquire_, use_eval, {key, fence_key_}, {token, px.view()});
+  }
 }
+
+std::string LockCommands::mark_create() const { return encode_command({"SET", mark_key_, make_token(), "NX"}); }
+
+std::string LockCommands::mark_read() const { return encode_command({"GET", mark_key_}); }
 
 void LockCommands::extend(std::string& out, std::string_view key, std::string_view token,
                           std::chrono::milliseconds ttl, bool use_eval) const {
@@ -102,6 +129,10 @@ void LockCommands::fence_raise(std::string& out, std::uint64_t fence, bool use_e
 
 std::string LockCommands::fence_read() const { return encode_command({"GET", fence_key_}); }
 
+bool is_mark_changed(const redisReply* reply) noexcept {
+  return reply != nullptr && reply->type == REDIS_REPLY_ERROR && starts_with(*reply, kMarkChangedError);
+}
+
 bool is_noscript(const redisReply* reply) noexcept {
   return reply != nullptr && reply->type == REDIS_REPLY_ERROR && starts_with(*reply, "NOSCRIPT");
 }
@@ -111,6 +142,11 @@ ReplyVote classify_reply(RoundKind kind, bool fencing, std::uint64_t fence, cons
   if (reply.type == REDIS_REPLY_ERROR) {
     // A row with server_error must say what went wrong, even when the master said nothing.
     vote.error = reply.len > 0 ? std::string(reply.str, reply.len) : std::string("empty error reply");
+    if (kind == RoundKind::acquire && is_mark_changed(&reply)) {
+      vote.error =
+          "keyspace replaced (mark changed): wiped since this Client read its mark (FLUSHALL, FLUSHDB, SWAPDB, DEBUG "
+          "RELOAD, a resync); nothing was set, not a vote (restart guard)";
+    }
     return vote;
   }
   const bool fenced_acquire = kind == RoundKind::acquire && fencing;

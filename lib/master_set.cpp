@@ -27,7 +27,8 @@ MasterSet::MasterSet(EventLoop& loop, const ClientOptions& options, const std::v
       owed_(*this, size_, options.command_timeout),
       warned_(size_),
       read_timers_(size_, 0),
-      owed_timers_(size_, 0) {
+      owed_timers_(size_, 0),
+      learning_mark_(size_, false) {
   for (const auto& endpoint : endpoints_) names_.push_back(endpoint.display());
 }
 
@@ -156,6 +157,13 @@ std::optional<std::string> MasterSet::not_counted(std::uint32_t index, bool fenc
   const ServerInfo& info = server_info(index);
   if (info.role == "replica") return replica_reason(info.replica_of);
   if (auto why = guard_.not_counted(index, info)) return why;
+  if (guard_.enabled() && commands_.keyspace_mark() && guard_.incarnation(index).mark.empty() &&
+      !info.mark_error.empty()) {
+    // The mark cannot be read (GET or SET refused by the ACL, say): a wipe would not be seen.
+    return "keyspace mark unknown (" + info.mark_error + "): a wipe (FLUSHALL, SWAPDB...) would not be seen, so the " +
+           "restart guard does not count it; allow SET and GET on '" + commands_.mark_key() +
+           "' to the lock user (docs/permissions.md)";
+  }
   if (guard_.enabled() && info.role.empty()) {
     // The guard's promise covers keys a master forgets; a writable replica forgets them at its
     // next resync, so with the guard on a master that cannot be told from one does not vote
@@ -182,7 +190,11 @@ void MasterSet::on_ready(std::uint32_t index) {
   const ServerInfo& info = connections_[index]->server_info();
   warn_replica(index);
   const bool new_incarnation = guard_.observe(index, info);
-  const bool keys_replaced = guard_.observe_role(index, info);
+  bool keys_replaced = guard_.observe_role(index, info);
+  if (commands_.keyspace_mark()) {
+    learning_mark_[index] = false;  // a reply lost with the old connection, if any: this read replaces it
+    keys_replaced = guard_.observe_mark(index, info.mark_created, info.mark) || keys_replaced;
+  }
   if (new_incarnation) warned_[index].twin = false;
   if (new_incarnation || keys_replaced) catch_up_.on_new_incarnation(index);
   warn_permissions(index);
@@ -249,6 +261,74 @@ void MasterSet::role_read(std::uint32_t index, const ServerInfo& read) {
   if (guard_.observe_role(index, connections_[index]->server_info())) catch_up_.on_new_incarnation(index);
 }
 
+// The keyspace mark read again (restart guard on): with the role every second, and after an
+// acquire found it changed (then SET NX first: learning). A reply that did not come (the
+// connection went down: the next handshake reads it) or an error (the server's state, an ACL
+// change) tells nothing.
+class MasterSet::MarkRead final : public ReplySink {
+ public:
+  MarkRead(MasterSet& set, std::string sent_with, bool learning)
+      : set_(set), sent_with_(std::move(sent_with)), learning_(learning), left_(learning ? 2 : 1) {}
+  void on_reply(std::uint32_t index, const redisReply* reply, std::string_view) override {
+    const bool last = --left_ == 0;
+    if (set_.closed_) return;
+    if (!last) {
+      created_ = reply != nullptr && reply->type == REDIS_REPLY_STATUS;
+      return;
+    }
+    if (learning_) set_.learning_mark_[index] = false;
+    std::string read;
+    if (reply != nullptr && reply->type == REDIS_REPLY_STRING) read.assign(reply->str, reply->len);
+    const bool told = reply != nullptr && (reply->type == REDIS_REPLY_STRING || reply->type == REDIS_REPLY_NIL);
+    if (told) set_.mark_read(index, sent_with_, created_, read, learning_);
+  }
+
+ private:
+  MasterSet& set_;
+  const std::string sent_with_;
+  const bool learning_;
+  int left_;
+  bool created_ = false;
+};
+
+void MasterSet::mark_changed(std::uint32_t index, std::uint32_t sent) {
+  if (closed_ || index >= size_ || !guard_.enabled()) return;
+  // Sent with an id this Client has since given up (the change was already taken): nothing
+  // new. Sent with none known ("any id"): the mark was absent when it ran, after the handshake
+  // that read it (same connection, in order): news, unless it is being learned again now.
+  if (sent != 0 && sent != mark_sent(index)) return;
+  if (guard_.incarnation(index).mark.empty() && learning_mark_[index]) return;
+  guard_.keys_replaced(index, "keyspace replaced (mark changed)");
+  catch_up_.on_new_incarnation(index);
+  learn_mark(index);
+}
+
+void MasterSet::learn_mark(std::uint32_t index) {
+  guard_.forget_mark(index);
+  if (closed_ || !ready(index) || learning_mark_[index]) return;  // not ready: the handshake learns it
+  auto read = std::make_shared<MarkRead>(*this, std::string(), true);
+  if (send(index, commands_.mark_create(), read) && send(index, commands_.mark_read(), read)) {
+    learning_mark_[index] = true;
+  }
+}
+
+void MasterSet::mark_read(std::uint32_t index, const std::string& sent_with, bool created, const std::string& read,
+                          bool learning) {
+  if (!ready(index)) return;
+  const std::string& known = guard_.incarnation(index).mark;
+  if (learning) {
+    if (!known.empty()) return;  // a handshake learned it meanwhile
+    if (guard_.observe_mark(index, created, read)) catch_up_.on_new_incarnation(index);
+    return;
+  }
+  // A periodic read: only one sent with the id still known tells (a handshake or a relearn
+  // may have moved it since).
+  if (sent_with.empty() || sent_with != known || read == known) return;
+  guard_.keys_replaced(index, "keyspace replaced (mark changed)");
+  catch_up_.on_new_incarnation(index);
+  learn_mark(index);
+}
+
 // The three CONFIG GETs of one durability read. A reply that did not come (the connection
 // went down) or a LOADING / BUSY error (the server's state, not its configuration) tells
 // nothing; another error (CONFIG refused by the ACL) counts as not durable, as at a handshake.
@@ -288,8 +368,12 @@ void MasterSet::read_periodically(std::uint32_t index) {
   if (closed_ || !ready(index)) return;
   // A backlog that refuses part of it leaves it unanswered: the next read tries again (and
   // compares the replication ID with the last one read: RestartGuard::observe_role).
-  if (send(index, encode_command({"INFO", "replication"}), std::make_shared<RoleRead>(*this)) && guard_.enabled() &&
-      guard_.incarnation(index).durable) {
+  const bool role_sent = send(index, encode_command({"INFO", "replication"}), std::make_shared<RoleRead>(*this));
+  if (role_sent && guard_.enabled() && commands_.keyspace_mark() && !guard_.incarnation(index).mark.empty()) {
+    // A wipe on a master no acquire goes to: held locks hear it within a read interval.
+    send(index, commands_.mark_read(), std::make_shared<MarkRead>(*this, guard_.incarnation(index).mark, false));
+  }
+  if (role_sent && guard_.enabled() && guard_.incarnation(index).durable) {
     auto read = std::make_shared<DurabilityRead>(*this, guard_.incarnation(index).epoch);
     for (const char* parameter : {kConfigRead[1], kConfigRead[2], kConfigRead[3]}) {
       if (!send(index, encode_command({"CONFIG", "GET", parameter}), read)) break;

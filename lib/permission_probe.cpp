@@ -88,8 +88,9 @@ bool is_command_refusal(const redisReply& reply) {
 
 std::vector<HandshakeStep> LockCommands::handshake_steps() const {
   std::vector<HandshakeStep> steps;
-  for (const Script* script :
-       {&release_, &extend_, &fenced_acquire_, &waiting_acquire_, &fence_raise_, &permission_check_}) {
+  for (const Script* script : {&release_, &extend_, &fenced_acquire_, &waiting_acquire_, &fence_raise_,
+                               &permission_check_, &marked_acquire_}) {
+    if (script == &marked_acquire_ && !keyspace_mark_) continue;
     steps.push_back({script->load_command, [](const redisReply& reply, ServerInfo& info) {
                        if (is_acl_refusal(reply)) deny(info.not_permitted, "SCRIPT LOAD", text_of(reply));
                      }});
@@ -138,6 +139,22 @@ std::vector<HandshakeStep> LockCommands::handshake_steps() const {
   steps.push_back(step(std::exchange(encoded, {}), "the extend script (GET, PEXPIRE inside)"));
   release(encoded, key, value, false);
   steps.push_back(step(std::exchange(encoded, {}), "the release script (GET, DEL inside)"));
+  if (keyspace_mark_) {
+    // The keyspace mark (restart guard): created if absent, then read. What the reads say is
+    // judged by MasterSet::on_ready (RestartGuard::observe_mark); a refusal leaves the mark
+    // unknown, and the guard does not count the master.
+    steps.push_back({mark_create(), [](const redisReply& reply, ServerInfo& info) {
+                       info.mark_created = reply.type == REDIS_REPLY_STATUS;
+                       if (reply.type == REDIS_REPLY_ERROR) info.mark_error = "SET NX refused: " + text_of(reply);
+                     }});
+    steps.push_back({mark_read(), [](const redisReply& reply, ServerInfo& info) {
+                       if (reply.type == REDIS_REPLY_STRING && reply.len > 0) {
+                         info.mark.assign(reply.str, reply.len);
+                       } else if (info.mark_error.empty()) {
+                         info.mark_error = "GET answered " + text_of(reply);
+                       }
+                     }});
+  }
   return steps;
 }
 

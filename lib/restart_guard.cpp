@@ -99,7 +99,10 @@ bool RestartGuard::observe_role(std::uint32_t index, const ServerInfo& info) {
     master.replica = false;
   }
   if (!info.replid.empty()) master.replid = info.replid;
-  if (master.replica || replaced) master.replica_seen_ns = now_ns();
+  if (master.replica || replaced) {
+    master.replica_seen_ns = now_ns();
+    master.replaced_because.clear();
+  }
   if (!replaced) return false;
   // Like a restart without its keys: a new epoch, the old one's votes taken away, and what
   // was known of its durability gone (its AOF now holds another server's keys).
@@ -107,6 +110,30 @@ bool RestartGuard::observe_role(std::uint32_t index, const ServerInfo& info) {
   master.durable = master.counted_at_once = false;
   if (enabled_) forget_votes_of(index);
   return true;
+}
+
+bool RestartGuard::observe_mark(std::uint32_t index, bool created, const std::string& mark) {
+  if (!enabled_) return false;
+  Incarnation& master = masters_[index];
+  const bool changed = !master.mark.empty() && mark != master.mark;
+  if (mark != master.mark) ++master.mark_generation;
+  master.mark = mark;
+  if (mark.empty()) return false;  // unknown: not counted (MasterSet::not_counted), nothing learned
+  if (!created && !changed) return false;
+  keys_replaced(index, created ? "keyspace mark absent (a wipe at an unknown time, or never marked)"
+                               : "keyspace replaced (mark changed)");
+  return true;
+}
+
+void RestartGuard::keys_replaced(std::uint32_t index, std::string why) {
+  Incarnation& master = masters_[index];
+  master.replica_seen_ns = now_ns();
+  master.replaced_because = std::move(why);
+  // Like a restart without its keys (observe_role): a new epoch, the old one's votes taken
+  // away, and what was known of its durability gone (its AOF holds the wipe).
+  ++master.epoch;
+  master.durable = master.counted_at_once = false;
+  if (enabled_) forget_votes_of(index);
 }
 
 void RestartGuard::durability_read(std::uint32_t index, std::uint32_t epoch, const ServerInfo& config,
@@ -143,6 +170,10 @@ std::optional<std::string> RestartGuard::not_counted(std::uint32_t index, const 
            std::to_string(guard_ns_ / 1'000'000'000u) + " s (restart guard)";
   }
   const std::uint64_t since_replica_ns = now > master.replica_seen_ns ? now - master.replica_seen_ns : 0;
+  if (master.replica_seen_ns != 0 && since_replica_ns <= guard_ns_ && !master.replaced_because.empty()) {
+    return master.replaced_because + " " + std::to_string(since_replica_ns / 1'000'000'000u) +
+           " s ago; counted after " + std::to_string(guard_ns_ / 1'000'000'000u) + " s (restart guard)";
+  }
   if (master.replica_seen_ns != 0 && since_replica_ns <= guard_ns_) {
     return "a replica " + std::to_string(since_replica_ns / 1'000'000'000u) +
            " s ago (a resync replaces its keys); counted after " + std::to_string(guard_ns_ / 1'000'000'000u) +

@@ -28,7 +28,8 @@ Round::Round(const RoundContext& context, RoundArgs args, std::shared_ptr<LockSt
   masters_.resize(size);
   // A plain SET NX PX (an acquire's first attempt) runs no script and learns nothing beyond
   // its row.
-  const bool plain_set = args_.kind == RoundKind::acquire && !args_.fencing && !args_.learn_pttl;
+  const bool plain_set =
+      args_.kind == RoundKind::acquire && !args_.fencing && !args_.learn_pttl && !context.commands.keyspace_mark();
   if (!plain_set) learned_.assign(size, Learned{});
   if (args_.kind != RoundKind::release) voted_in_.assign(size, 0);
   for (std::uint32_t i = 0; i < size; ++i) masters_[i].endpoint = context.masters.names()[i];
@@ -46,11 +47,25 @@ std::string& Round::claim_command_buffer(std::string& own) const noexcept {
   return context_.command_buffer.empty() ? context_.command_buffer : own;
 }
 
+bool Round::marked() const noexcept { return args_.kind == RoundKind::acquire && context_.commands.keyspace_mark(); }
+
+void Round::encode_for(std::uint32_t index, std::string& out, bool use_eval) {
+  if (!marked()) {
+    context_.commands.append(out, args_, use_eval);
+    return;
+  }
+  out.clear();
+  learned_[index].mark_sent = context_.masters.mark_sent(index);
+  context_.commands.append(out, args_, use_eval, context_.masters.mark(index));
+}
+
 void Round::start() {
   MasterSet& masters = context_.masters;
   std::string own;
   std::string& command = claim_command_buffer(own);
-  context_.commands.append(command, args_, false);
+  // An acquire checking the keyspace mark is encoded for each master (each has its own id).
+  const bool per_master = marked();
+  if (!per_master) context_.commands.append(command, args_, false);
   const std::uint64_t late_after = late_after_ns();
   const bool release = args_.kind == RoundKind::release;
   // A master whose user may not run the lock paths is never sent a SET, an extend or a
@@ -71,6 +86,7 @@ void Round::start() {
              "not sent: the lock's SET never went to this master, so no key of it is there");
       continue;
     }
+    if (per_master) encode_for(i, command, false);
     if (!masters.send(i, command, self, late_after, release, sent_ns_)) {
       record(i, MasterStatus::not_connected, masters.last_error(i));
       never_sent_ |= bit;
@@ -103,6 +119,11 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
   // Nor where the lock's own SET met BUSY or LOADING (nothing of it is there; a review saw a
   // loop of acquires and releases during one spell fill the bound with such releases).
   const std::uint64_t bit = std::uint64_t{1} << index;
+  if (index < learned_.size() && marked() && is_mark_changed(reply)) {
+    // The keyspace was wiped since this Client read the mark (restart guard): nothing was set
+    // here; the master's votes are taken from held locks and its grants wait max_lock_ttl.
+    context_.masters.mark_changed(index, learned_[index].mark_sent);
+  }
   if (reply != nullptr && is_server_state_error(*reply)) {
     if (args_.kind == RoundKind::acquire) {
       not_run_ |= bit;
@@ -180,6 +201,10 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
 // the fencing catch-up) does not count yet is `not_counted`.
 MasterStatus Round::classify(std::uint32_t index, const redisReply* reply, std::string& error) {
   ReplyVote vote = classify_reply(args_.kind, args_.fencing, args_.fence, *reply, args_.learn_pttl);
+  if (marked() && is_mark_changed(reply)) {
+    error = std::move(vote.error);
+    return MasterStatus::not_counted;
+  }
   if (vote.status == MasterStatus::ok && args_.kind == RoundKind::acquire && args_.fencing) {
     learned_[index].counter = vote.counter;
   }
@@ -300,7 +325,7 @@ void Round::resend_with_eval(std::uint32_t index) {
   if (!decided_) masters_[index].error.clear();
   std::string own;
   std::string& command = claim_command_buffer(own);
-  context_.commands.append(command, args_, true);
+  encode_for(index, command, true);
   // A resend after the decision (a release's NOSCRIPT) is late from the start: under a
   // backlog it may be dropped like any late command.
   const bool release = args_.kind == RoundKind::release;

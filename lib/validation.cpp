@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <unordered_set>
 
+#include "detail/lock_commands.h"
 #include "detail/ms_text.h"
 #include "detail/quorum.h"
 #include "detail/token.h"
@@ -115,6 +116,10 @@ std::optional<std::string> check_not_fence_key(const ClientOptions& options, std
   const std::string_view fence = options.fence_key;
   const bool same = fence.size() == prefix.size() + resource.size() && fence.substr(0, prefix.size()) == prefix &&
                     fence.substr(prefix.size()) == resource;
+  if (!same && resource == kMarkKeyName) {
+    return "resource '" + std::string(kMarkKeyName) + "' is reserved: with key_prefix '" + options.key_prefix +
+           "' its key is the restart guard's keyspace mark; use another name";
+  }
   if (!same) return std::nullopt;
   return "resource '" + excerpt(resource) + "' with key_prefix '" + options.key_prefix +
          "' is the fencing counter's key '" + options.fence_key +

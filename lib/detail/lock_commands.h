@@ -43,11 +43,39 @@ inline constexpr std::string_view kReleaseScript =
     "if v == false then return 0 end "
     "return -1";
 
+// The keyspace mark (restart guard on: docs/design.md "Restart guard"): a key of our own
+// under the prefix, `<prefix>__redlock_mark`, holding a random id, no expiry. Every handshake
+// sets it if absent (SET NX) and reads it; every acquire checks it in the same script as its
+// SET. A wipe that keeps the run_id (FLUSHALL, FLUSHDB, SWAPDB, DEBUG RELOAD, a replica's
+// resync) takes it away or replaces it: the acquire then sets nothing and answers this error,
+// and the restart guard takes the master's keys for replaced (RestartGuard::keys_replaced).
+inline constexpr std::string_view kMarkKeyName = "__redlock_mark";
+inline constexpr std::string_view kMarkChangedError = "REDLOCKMARK keyspace replaced (mark changed)";
+
+// The plain acquire with the restart guard on: SET NX PX (KEYS[1], ARGV[1], ARGV[2]) only if
+// the mark (KEYS[2]) holds the id expected (ARGV[3]; '' = any id: not learned yet, the
+// handshake just before read it). Answers as SET does (+OK, nil), or kMarkChangedError.
+inline constexpr std::string_view kMarkedAcquireScript =
+    "local m = redis.call('GET', KEYS[2]) "
+    "if m == false or (ARGV[3] ~= '' and m ~= ARGV[3]) then "
+    "return redis.error_reply('REDLOCKMARK keyspace replaced (mark changed)') end "
+    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.status_reply('OK') end "
+    "return false";
+
+// Whether `reply` is an acquire's kMarkChangedError: nothing was set, and the master's
+// keyspace was replaced since this Client learned its mark.
+[[nodiscard]] bool is_mark_changed(const redisReply* reply) noexcept;
+
 // Acquire retries of a waiter (not the first attempt, which stays a plain SET NX PX): SET NX
 // PX, and when the key is held, its PTTL, so the waiter can sleep until it could be free.
 // +OK granted; an integer when held: the PTTL in ms, -1 no expiry, -3 PTTL refused (pcall:
 // +pttl is optional in the ACL).
+// With the restart guard on, KEYS[2] is the keyspace mark and ARGV[3] the id this Client
+// expects there (kMarkedAcquireScript's check).
 inline constexpr std::string_view kWaitingAcquireScript =
+    "if KEYS[2] then local m = redis.call('GET', KEYS[2]) "
+    "if m == false or (ARGV[3] ~= '' and m ~= ARGV[3]) then "
+    "return redis.error_reply('REDLOCKMARK keyspace replaced (mark changed)') end end "
     "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.status_reply('OK') end "
     "local t = redis.pcall('PTTL', KEYS[1]) "
     "if type(t) ~= 'number' then return -3 end "
@@ -70,8 +98,12 @@ inline constexpr std::string_view kExtendScript =
     "return 1";
 
 // Fenced acquire, round 1: SET NX PX, and on success INCR the master's fencing counter
-// (KEYS[2]) and return it; nil when the key is held.
+// (KEYS[2]) and return it; nil when the key is held. With the restart guard on, KEYS[3] is the
+// keyspace mark and ARGV[3] the id expected there (kMarkedAcquireScript's check).
 inline constexpr std::string_view kFencedAcquireScript =
+    "if KEYS[3] then local m = redis.call('GET', KEYS[3]) "
+    "if m == false or (ARGV[3] ~= '' and m ~= ARGV[3]) then "
+    "return redis.error_reply('REDLOCKMARK keyspace replaced (mark changed)') end end "
     "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
     "return redis.call('INCR', KEYS[2]) end "
     "return false";
@@ -177,18 +209,29 @@ struct ReplyVote {
 // The lock's commands for one Client (its key prefix and fencing counter key).
 class LockCommands {
  public:
-  LockCommands(std::string key_prefix, std::string fence_key);
+  // `keyspace_mark`: the restart guard is on: handshakes set and read the mark, and every
+  // acquire checks it (kMarkedAcquireScript).
+  LockCommands(std::string key_prefix, std::string fence_key, bool keyspace_mark = false);
 
   // Appends the command of a round to `out`: dispatches to the typed encoders below.
   // `use_eval`: the script's source instead of its SHA1 (the NOSCRIPT path); ignored for a
-  // plain SET.
-  void append(std::string& out, const RoundArgs& args, bool use_eval) const;
+  // plain SET. `mark`: with keyspace_mark, the id an acquire expects in the master's mark
+  // ("" = not known: any id); per master, so an acquire is encoded for each.
+  void append(std::string& out, const RoundArgs& args, bool use_eval, std::string_view mark = {}) const;
+  [[nodiscard]] bool keyspace_mark() const noexcept { return keyspace_mark_; }
+  [[nodiscard]] const std::string& mark_key() const noexcept { return mark_key_; }
+  // SET mark <fresh id> NX and GET mark (a handshake's, or again after a mark changed).
+  [[nodiscard]] std::string mark_create() const;
+  [[nodiscard]] std::string mark_read() const;
 
   static void acquire(std::string& out, std::string_view key, std::string_view token, std::chrono::milliseconds ttl);
+  void marked_acquire(std::string& out, std::string_view key, std::string_view token, std::chrono::milliseconds ttl,
+                      bool use_eval, std::string_view mark) const;
+  // `mark`: nullptr = no mark check (the restart guard off).
   void waiting_acquire(std::string& out, std::string_view key, std::string_view token, std::chrono::milliseconds ttl,
-                       bool use_eval) const;
+                       bool use_eval, const std::string_view* mark = nullptr) const;
   void fenced_acquire(std::string& out, std::string_view key, std::string_view token, std::chrono::milliseconds ttl,
-                      bool use_eval) const;
+                      bool use_eval, const std::string_view* mark = nullptr) const;
   void extend(std::string& out, std::string_view key, std::string_view token, std::chrono::milliseconds ttl,
               bool use_eval) const;
   // The announcement goes to release_channel(key).
@@ -211,12 +254,15 @@ class LockCommands {
  private:
   const std::string key_prefix_;
   const std::string fence_key_;
+  const bool keyspace_mark_;
+  const std::string mark_key_;
   const Script release_{kReleaseScript};
   const Script extend_{kExtendScript};
   const Script fenced_acquire_{kFencedAcquireScript};
   const Script waiting_acquire_{kWaitingAcquireScript};
   const Script fence_raise_{kFenceRaiseScript};
   const Script permission_check_{kPermissionCheckScript};
+  const Script marked_acquire_{kMarkedAcquireScript};
 };
 
 }  // namespace redlock::detail

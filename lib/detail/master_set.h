@@ -113,6 +113,19 @@ class MasterSet {
   [[nodiscard]] std::uint32_t incarnations_seen(std::uint32_t index) const { return catch_up_.generation(index); }
   [[nodiscard]] bool fence_caught_up(std::uint32_t index) const { return catch_up_.ready(index); }
 
+  // Restart guard: the keyspace mark's id this Client expects on master `index` ("" = not
+  // known: an acquire then only asks that one exists).
+  [[nodiscard]] const std::string& mark(std::uint32_t index) const { return guard_.incarnation(index).mark; }
+  // What an acquire records when it is encoded for master `index`: 0 when the mark is not
+  // known (it expects any), else the mark's generation + 1.
+  [[nodiscard]] std::uint32_t mark_sent(std::uint32_t index) const {
+    const Incarnation& incarnation = guard_.incarnation(index);
+    return incarnation.mark.empty() ? 0 : incarnation.mark_generation + 1;
+  }
+  // An acquire sent to master `index` with mark_sent() `sent` was answered kMarkChangedError:
+  // its keys were replaced since (RestartGuard::keys_replaced), and the mark is learned again.
+  void mark_changed(std::uint32_t index, std::uint32_t sent);
+
   // A lock this Client granted (the restart guard may take votes away from it later), or made
   // its own by extending an adopted copy.
   void remember(const std::shared_ptr<LockState>& state) { guard_.remember(state); }
@@ -131,6 +144,12 @@ class MasterSet {
   };
   class DurabilityRead;
   class RoleRead;
+  class MarkRead;
+  // Sends SET NX and GET of the mark to master `index` (after it was found changed).
+  void learn_mark(std::uint32_t index);
+  // A mark read on master `index` (MarkRead): `sent_with` the id known when it was sent.
+  void mark_read(std::uint32_t index, const std::string& sent_with, bool created, const std::string& read,
+                 bool learning);
   void on_ready(std::uint32_t index);
   void warn_permissions(std::uint32_t index);
   void warn_replica(std::uint32_t index);
@@ -161,6 +180,7 @@ class MasterSet {
   std::vector<Warned> warned_;
   std::vector<std::uint64_t> read_timers_;  // EventLoop::TimerId per master, 0 = none
   std::vector<std::uint64_t> owed_timers_;  // the same, for owe_release(..., soon)
+  std::vector<bool> learning_mark_;         // learn_mark sent, not answered yet
   bool closed_ = false;
   std::uint64_t ready_when_closed_ = 0;  // see ready_set()
 };

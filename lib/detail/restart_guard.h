@@ -54,6 +54,15 @@ struct Incarnation {
   // since (the age rule, from then on).
   std::uint64_t replica_seen_ns = 0;
   std::string replid;  // master_replid as last read, in this incarnation ("" = unknown)
+  // Why replica_seen_ns was last moved by something other than the role ("" = the role): the
+  // keyspace mark found absent or changed (keys_replaced).
+  std::string replaced_because;
+  // The keyspace mark's id as last learned (restart guard on; "" = not known yet, or being
+  // learned again after it changed). Kept across run_ids: a restart that kept its keys kept it.
+  std::string mark;
+  // Moves whenever `mark` does (an acquire answered "mark changed" tells news only if it was
+  // sent with the mark still known: MasterSet::mark_changed).
+  std::uint32_t mark_generation = 0;
 };
 
 class RestartGuard {
@@ -78,6 +87,22 @@ class RestartGuard {
   // votes it gave are taken away from held locks and its grants count only once max_lock_ttl
   // has passed since it was last seen a replica.
   bool observe_role(std::uint32_t index, const ServerInfo& info);
+  // Master `index`'s keyspace mark as a handshake (or a read after it changed) found it:
+  // `created` (it was absent, so the keyspace may have been wiped at some earlier time, even on
+  // this Client's first contact) or an id other than the one this Client knew means its keys
+  // may have been replaced: keys_replaced(). Returns true then. An unknown mark ("") is
+  // remembered as unknown (MasterSet::not_counted does not count the master).
+  bool observe_mark(std::uint32_t index, bool created, const std::string& mark);
+  // Master `index`'s keys may have been replaced now (`why`): an acquire found its mark changed,
+  // or a read did. As for a demotion: the votes it gave are taken from held locks (a lock left
+  // below quorum is lost), and its grants count once max_lock_ttl has passed.
+  void keys_replaced(std::uint32_t index, std::string why);
+  // The mark is being learned again (after keys_replaced): unknown until observe_mark.
+  void forget_mark(std::uint32_t index) {
+    if (masters_[index].mark.empty()) return;
+    masters_[index].mark.clear();
+    ++masters_[index].mark_generation;
+  }
   // A connection to master `index` was lost (after its handshake, or while trying).
   void connection_lost(std::uint32_t index);
   // Master `index`'s durability read again on a live connection to incarnation `epoch`

@@ -186,7 +186,12 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
     long long pttl = kPttlUnknown;    // waiting acquire
     long long receivers = 0;          // release
     bool eval_sent = false;           // NOSCRIPT already answered with EVAL
+    std::uint32_t mark_sent = 0;      // acquire, keyspace mark: MasterSet::mark_sent when encoded
   };
+  // An acquire with the restart guard's keyspace mark: encoded per master (its mark's id).
+  [[nodiscard]] bool marked() const noexcept;
+  // Encodes this round's command for master `index` into `out` (marked: with its mark).
+  void encode_for(std::uint32_t index, std::string& out, bool use_eval);
   SmallArray<Learned> learned_;
   // Per master that granted: MasterSet::incarnations_seen when its grant was read.
   SmallArray<std::uint32_t> voted_in_;

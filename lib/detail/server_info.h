@@ -53,6 +53,12 @@ struct ServerInfo {
   // Why this user may not PUBLISH / SUBSCRIBE on the release channels (waiters then poll
   // this master); empty when allowed or when the server cannot tell (Redis before 7.0).
   std::string notify_not_permitted;
+  // The keyspace mark (restart guard on; LockCommands::mark_create): the handshake's SET NX
+  // created it (it was absent: the keyspace may have been wiped at some earlier time), and
+  // the id its GET read ("" when unknown: mark_error says why).
+  bool mark_created = false;
+  std::string mark;
+  std::string mark_error;
 
   // Loses no acknowledged write on restart: every write is in the AOF, fsynced before
   // the reply (also while a rewrite or BGSAVE runs). Only what CONFIG GET said; unknown

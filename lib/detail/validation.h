@@ -23,7 +23,8 @@ std::optional<std::string> check_resource(std::string_view resource);
 std::optional<std::string> check_lock_key(std::string_view key);
 
 // Empty when `resource`'s key (key_prefix + resource) is not the fencing counter's. With a
-// key_prefix validate() already rules that out; with an empty one only the name can.
+// key_prefix validate() already rules that out; with an empty one only the name can. Nor the
+// restart guard's keyspace mark (resource "__redlock_mark", kMarkKeyName).
 std::optional<std::string> check_not_fence_key(const ClientOptions& options, std::string_view resource);
 
 // Empty when `token` has the form of an owner token this library makes (Client::adopt),
