@@ -129,10 +129,12 @@ void RestartGuard::keys_replaced(std::uint32_t index, std::string why) {
   Incarnation& master = masters_[index];
   master.replica_seen_ns = now_ns();
   master.replaced_because = std::move(why);
-  // Like a restart without its keys (observe_role): a new epoch, the old one's votes taken
-  // away, and what was known of its durability gone (its AOF holds the wipe).
+  // Like a restart without its keys: a new epoch, the old one's votes taken away. Its
+  // durability stands (unlike a demotion's, observe_role): its AOF holds the wipe and what was
+  // granted since, so a later restart keeps those. (Clearing it made the Client that created
+  // the mark at its first contact take a durable restart for an empty one:
+  // DurableMastersAreCountedAtOnceAndKeepTheirVotesAcrossRestarts lost the lock.)
   ++master.epoch;
-  master.durable = master.counted_at_once = false;
   if (enabled_) forget_votes_of(index);
 }
 

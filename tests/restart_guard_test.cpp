@@ -81,6 +81,15 @@ Result acquire_when_counted(Client& client, const std::string& key) {
   return client.acquire(key);
 }
 
+// Gives `upstream` the keyspace mark `server` holds, so that a full sync from it keeps the mark:
+// the test then sees what the role and replication ID reads catch on their own (without it the
+// mark, wiped by the sync, catches it first: KeyspaceMarkTest).
+void copy_mark(const support::RedisServer& server, const support::RedisServer& upstream) {
+  const auto mark = get(server, "redlock:__redlock_mark");
+  ASSERT_TRUE(mark.has_value());
+  upstream.command({"SET", "redlock:__redlock_mark", *mark});
+}
+
 // Promotes a replica and waits until its backlog is freed (repl-backlog-ttl 1): master_replid2,
 // which a promotion sets to the ID it had as a replica, is back to zeros then.
 void promote_and_free_backlog(const support::RedisServer& server) {
@@ -912,6 +921,7 @@ TEST(RestartGuardTest, AMasterMadeAReplicaAndPromotedWhileThisClientWasCutOffIsN
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   const std::uint16_t nobody = std::make_unique<LoopbackListener>("closed")->port();
   address.retarget(nobody);  // cut: reconnects are refused until retargeted back
+  ASSERT_NO_FATAL_FAILURE(copy_mark(masters[0], upstream[0]));
   ASSERT_NO_FATAL_FAILURE(make_replica(masters[0], upstream[0]));
   ASSERT_NO_FATAL_FAILURE(promote_and_free_backlog(masters[0]));
   address.retarget(masters[0].port());
@@ -993,6 +1003,7 @@ TEST(RestartGuardTest, AMasterPromotedWhileItsRoleReadWasHeldUpIsNotCountedAtOnc
   const Result held = acquire_when_counted(client, "held-up");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   held_master.hold = true;  // master 0 reads nothing more from this Client until the backlog is freed
+  ASSERT_NO_FATAL_FAILURE(copy_mark(masters[0], upstream[0]));
   ASSERT_NO_FATAL_FAILURE(make_replica(masters[0], upstream[0]));  // its key wiped by the full sync
   ASSERT_NO_FATAL_FAILURE(promote_and_free_backlog(masters[0]));
   held_master.hold = false;
@@ -1031,6 +1042,7 @@ TEST(RestartGuardTest, AReplicaAnnouncingAFakeReplicationIdDoesNotHideAPromotion
   const Result held = acquire_when_counted(client, "fake-id");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   held_master.hold = true;                                       // no role read sees master 0 as a replica
+  ASSERT_NO_FATAL_FAILURE(copy_mark(masters[0], others[0]));
   ASSERT_NO_FATAL_FAILURE(make_replica(masters[0], others[0]));  // its key wiped by the full sync
   masters[0].command({"REPLICAOF", "NO", "ONE"});
   ASSERT_TRUE(eventually(fake_id_first, 10s)) << "the announcing replica is back: " << replication();
