@@ -163,8 +163,10 @@ TEST(KeyspaceMarkTest, AHeldLockHearsTheWipeOfTwoMasters) {
   masters[1].command({"FLUSHALL"});
   const auto wiped_at = std::chrono::steady_clock::now();
   EXPECT_TRUE(eventually([&] { return held.lock->lost(); }, 3s)) << "the lock did not hear the wipe";
-  std::cout << "lost after " << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - wiped_at).count()
-            << " ms\n";
+  std::cout
+      << "lost after "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - wiped_at).count()
+      << " ms\n";
 }
 
 }  // namespace
@@ -201,7 +203,9 @@ TEST(KeyspaceMarkTest, DISABLED_CostOfTheMarkedAcquire) {
   }
   std::sort(on_us.begin(), on_us.end());
   std::sort(off_us.begin(), off_us.end());
-  const auto at = [](const std::vector<double>& v, double q) { return v[static_cast<std::size_t>(q * double(v.size() - 1))]; };
+  const auto at = [](const std::vector<double>& v, double q) {
+    return v[static_cast<std::size_t>(q * double(v.size() - 1))];
+  };
   std::cout << "acquire p50 guard on " << at(on_us, 0.5) << " us, off " << at(off_us, 0.5) << " us, ratio "
             << at(on_us, 0.5) / at(off_us, 0.5) << "; p99 on " << at(on_us, 0.99) << " us, off " << at(off_us, 0.99)
             << " us\n";
