@@ -136,6 +136,20 @@ TEST(KeyspaceMarkTest, AFirstContactFindingAMarkCountsAtOnce) {
   EXPECT_EQ(r.count(MasterStatus::not_counted), 0u) << format_result(r);
 }
 
+// The mark's key is no lock's: the resource that would name it is refused, with the guard on or
+// off (a lock there would stand for the mark, or a mark for the lock).
+TEST(KeyspaceMarkTest, TheMarksResourceNameIsRefused) {
+  RedisServerGroup masters(3);
+  for (const bool guard : {true, false}) {
+    auto options = guarded(masters);
+    options.restart_guard = guard;
+    Client client(options);
+    const Result r = client.acquire("__redlock_mark");
+    EXPECT_EQ(r.outcome, Outcome::invalid_argument) << format_result(r);
+    EXPECT_NE(r.message.find("reserved"), std::string::npos) << r.message;
+  }
+}
+
 // A's lock, not renewed, hears that it lost a quorum within about a second of the wipe (the
 // mark is read with the role every second), not at its expiry.
 TEST(KeyspaceMarkTest, AHeldLockHearsTheWipeOfTwoMasters) {
