@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -446,12 +447,49 @@ bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink,
   return true;
 }
 
+namespace {
+// How many whole commands `bytes` holds (our own encoding: RESP arrays of bulk strings), or
+// nullopt if it does not begin and end on a command's boundary.
+std::optional<std::size_t> whole_commands(std::string_view bytes) {
+  std::size_t count = 0;
+  std::size_t at = 0;
+  const auto number = [&](char type, std::size_t& value) {
+    if (at >= bytes.size() || bytes[at] != type) return false;
+    const std::size_t end = bytes.find("\r\n", at);
+    if (end == std::string_view::npos) return false;
+    const auto [past, error] = std::from_chars(bytes.data() + at + 1, bytes.data() + end, value);
+    if (error != std::errc{} || past != bytes.data() + end) return false;
+    at = end + 2;
+    return true;
+  };
+  while (at < bytes.size()) {
+    std::size_t args = 0;
+    if (!number('*', args)) return std::nullopt;
+    for (std::size_t i = 0; i < args; ++i) {
+      std::size_t length = 0;
+      if (!number('$', length) || bytes.size() - at < length + 2) return std::nullopt;
+      at += length + 2;
+    }
+    ++count;
+  }
+  return count;
+}
+}  // namespace
+
 void Connection::begin_close(std::string_view first) {
   closing_ = true;
   // Handshaking: the handshake's own SCRIPT LOAD runs ahead of every command held meanwhile.
   if (first.empty() || state_ != State::ready || pushing()) return;
-  out_.append(first);
+  // Ahead of the commands not written yet too: a release begun in the same iteration as the
+  // shutdown (release_async or a Lease's release just before ~Client) is still in out_, and
+  // behind it the SCRIPT LOAD came too late (review 59: 600 of 600 keys left after SCRIPT
+  // FLUSH). out_ holds the last `unwritten` commands of pending_, whole (else: appended).
+  const std::optional<std::size_t> unwritten = whole_commands(out_);
+  const std::size_t at = unwritten && *unwritten <= pending_.size() ? pending_.size() - *unwritten : pending_.size();
+  out_.insert(at == pending_.size() ? out_.size() : 0, first);
   pending_.push_back({nullptr, 0, now_ns(), Step::late, 0});
+  for (std::size_t i = pending_.size() - 1; i > at; --i) std::swap(pending_[i], pending_[i - 1]);
+  if (late_scan_ > at) ++late_scan_;
 }
 
 bool Connection::send_push(std::string_view encoded) {

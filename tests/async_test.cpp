@@ -594,6 +594,49 @@ TEST(AsyncTest, DestroyingTheClientAfterTheMastersFlushedTheirScriptsLeavesNoKey
   destroy_with_acquires_in_flight(300, 500ms, true);
 }
 
+// Releases begun in the same pass as the shutdown, after SCRIPT FLUSH on the masters (review 59:
+// the shutdown's SCRIPT LOAD was queued behind them; answered NOSCRIPT on the closing socket, they
+// were never sent again with EVAL, and 600 of 600 keys were left, 3 of 3 runs): release_async
+// and a Lease's release just before ~Client. The SCRIPT LOAD goes ahead of what is not written.
+TEST(AsyncTest, ReleasesBegunJustBeforeTheClientEndsAfterAScriptFlushLeaveNoKey) {
+  RedisServerGroup masters(3);
+  constexpr int kEach = 100;
+  {
+    auto options = options_for(masters);
+    options.ttl = 60s;
+    options.max_lock_ttl = 60s;
+    Client client(options);
+    ASSERT_TRUE(client.wait_connected(3, 5s));
+    std::vector<Lock> released;
+    std::vector<Lease> leases;
+    for (int i = 0; i < 2 * kEach; ++i) {
+      const Result held = client.acquire("flushed-" + std::to_string(i));
+      ASSERT_TRUE(held.lock) << format_result(held);
+      if (i < kEach) {
+        released.push_back(*held.lock);
+      } else {
+        leases.push_back(client.keep(*held.lock));
+      }
+    }
+    for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"SCRIPT", "FLUSH"});
+    // The loop held in a callback while the releases and the shutdown queue up behind it: they
+    // run in one pass.
+    std::promise<void> holding_loop;
+    client.status_async(std::nullopt, [&](FleetStatus) {
+      holding_loop.set_value();
+      std::this_thread::sleep_for(200ms);
+    });
+    holding_loop.get_future().wait();
+    for (const Lock& lock : released) client.release_async(lock, [](Result) {});
+    leases.clear();
+  }  // ~Client with the releases queued
+  std::size_t left = 0;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    left += masters[i].command({"KEYS", "redlock:flushed-*"}).elements.size();
+  }
+  EXPECT_EQ(left, 0u) << "keys left (ttl 60 s)";
+}
+
 // Commands a frozen master has not answered past their deadline give up their sinks once more
 // than Connection::kKeepLateSinksUpTo are outstanding there (at the next send): their rounds
 // and status queries time them out at their own deadline. A ~Client that came before that

@@ -137,7 +137,8 @@ class Connection {
   // their releases (review 57: 9,864 to 16,286 keys left with 30,000 in flight). The bytes so
   // queued are bounded by the count (kMaxOutstanding * kReleaseReserveFactor releases) and
   // last until the close.
-  // `first` (encoded; may be empty), when ready: sent ahead of everything the shutdown queues,
+  // `first` (encoded; may be empty), when ready: sent ahead of everything the shutdown queues
+  // and of what is queued but not written yet (review 59: releases begun in the same pass),
   // its reply dropped. MasterSet sends the release script's SCRIPT LOAD: a release written at
   // the close is EVALSHA, and a NOSCRIPT answer (the masters' SCRIPT FLUSH) reaches no round
   // any more to be sent again with EVAL (review 57: the keys of acquires in flight were left).
