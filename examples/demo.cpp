@@ -4,6 +4,8 @@
 // a grant with two masters frozen, the restart guard, then seed 002's failover under a single
 // master and under the quorum (failover.cpp), and stops every server it started.
 // `redlock_demo --failover` shows the failover part only.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -81,8 +83,12 @@ bool show_quorum_basics() {
   guarded.ttl = 1s;
   guarded.max_lock_ttl = 4s;  // generous, so the scene below fits in it even on a loaded machine
   redlock::Client carol(guarded);
-  // Every master must have been up for longer than max_lock_ttl before the guard counts it.
-  std::this_thread::sleep_until(masters_started + guarded.max_lock_ttl + 200ms);
+  carol.wait_connected(5, 2s);
+  // Every master must have been up for longer than max_lock_ttl before the guard counts it,
+  // and marked for as long: the earlier Clients ran without the guard, so carol's handshake
+  // found no keyspace mark on any master (a wipe at an unknown time, for all it knows).
+  const auto marked = std::chrono::steady_clock::now();
+  std::this_thread::sleep_until(std::max(masters_started, marked) + guarded.max_lock_ttl + 200ms);
   std::printf("\nrestarting %s without persistence (it forgets every key)\n", masters[0].uri().c_str());
   masters[0].restart();
   carol.wait_connected(5, 2s);

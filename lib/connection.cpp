@@ -278,6 +278,7 @@ void Connection::start_handshake() {
   handshake_left_ = queue.size();
   held_.insert(0, out_);  // (nothing is written while connecting)
   out_ = std::move(handshake);
+  out_begins_inside_command_ = false;
   for (; !pending_.empty(); pending_.pop_front()) queue.push_back(std::move(pending_.front()));
   pending_.swap(queue);
   late_scan_ = 0;
@@ -484,7 +485,9 @@ void Connection::begin_close(std::string_view first) {
   // shutdown (release_async or a Lease's release just before ~Client) is still in out_, and
   // behind it the SCRIPT LOAD came too late (review 59: 600 of 600 keys left after SCRIPT
   // FLUSH). out_ holds the last `unwritten` commands of pending_, whole (else: appended).
-  const std::optional<std::size_t> unwritten = whole_commands(out_);
+  // Over TLS, out_ may begin inside a command the engine took part of (flush_tls): its tail
+  // could parse as commands of a caller's chosen key bytes, so nothing is put ahead then.
+  const std::optional<std::size_t> unwritten = out_begins_inside_command_ ? std::nullopt : whole_commands(out_);
   const std::size_t at = unwritten && *unwritten <= pending_.size() ? pending_.size() - *unwritten : pending_.size();
   out_.insert(at == pending_.size() ? out_.size() : 0, first);
   pending_.push_back({nullptr, 0, now_ns(), Step::late, 0});
@@ -650,6 +653,7 @@ void Connection::fail(std::string reason) {
 
 void Connection::fail_pending(const std::string& reason) {
   out_.clear();
+  out_begins_inside_command_ = false;
   held_.clear();
   steps_.clear();
   handshake_left_ = 0;

@@ -264,6 +264,8 @@ class Connection {
   const std::string name_;
   State state_ = State::disconnected;
   bool closing_ = false;  // see begin_close()
+  // flush_tls left part of a command in out_ (the engine took the rest): see begin_close().
+  bool out_begins_inside_command_ = false;
   std::string last_error_ = "not connected yet";
   std::string failed_because_;  // see failed_because()
   // The current socket (see detail/uv_handle.h); null while disconnected.

@@ -98,6 +98,7 @@ void Connection::flush_tls() {
     if (generation != generation_) return;  // the write failed: out_ was dropped with the socket
   }
   out_.erase(0, accepted);
+  if (accepted > 0) out_begins_inside_command_ = !out_.empty();  // (Connection::begin_close)
   if (tls_->failed()) fail(tls_->failure_reason());
 }
 
