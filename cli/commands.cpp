@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -85,19 +86,32 @@ std::optional<std::string> partial_grant_warning(const redlock::Result& result, 
   return text;
 }
 
-// The restart guard's row text, "restarted 3 s ago; counted after 11 s (restart guard)"
-// (lib/restart_guard.cpp): the seconds until this master is counted, rounded up (both numbers
-// are whole seconds rounded down), or nullopt when the row does not say.
+// The restart guard's row text, "restarted 3 s ago; counted after 11 s (restart guard)", or
+// "keyspace replaced (mark changed) 0 s ago; counted after 4 s (restart guard)", "a replica 2 s
+// ago (...); counted after ..." (lib/restart_guard.cpp): the seconds until this master is
+// counted, rounded up (both numbers are whole seconds rounded down), or nullopt when the row
+// does not say.
 std::optional<long long> seconds_until_counted(std::string_view error) {
-  long long age = 0;
-  long long after = 0;
-  char tail[32] = {};
-  if (std::sscanf(std::string(error).c_str(), "restarted %lld s ago; counted after %lld s %31[^\n]", &age, &after,
-                  tail) != 3 ||
-      std::string_view(tail) != "(restart guard)") {
+  constexpr std::string_view kAgo = " s ago";
+  constexpr std::string_view kAfter = "counted after ";
+  constexpr std::string_view kTail = " s (restart guard)";
+  const std::size_t ago = error.find(kAgo);
+  const std::size_t after = error.rfind(kAfter);
+  if (ago == std::string_view::npos || after == std::string_view::npos || after < ago || !error.ends_with(kTail)) {
     return std::nullopt;
   }
-  return std::max(0LL, after - age + 1);
+  std::size_t digits = ago;
+  while (digits > 0 && error[digits - 1] >= '0' && error[digits - 1] <= '9') --digits;
+  long long age = 0;
+  long long wait = 0;
+  const char* const age_end = error.data() + ago;
+  const char* const wait_begin = error.data() + after + kAfter.size();
+  const char* const wait_end = error.data() + error.size() - kTail.size();
+  if (digits == ago || std::from_chars(error.data() + digits, age_end, age).ptr != age_end ||
+      std::from_chars(wait_begin, wait_end, wait).ptr != wait_end) {
+    return std::nullopt;
+  }
+  return std::max(0LL, wait - age + 1);
 }
 
 // A failed acquire that the restart guard decided: the masters that (re)started less than
@@ -133,9 +147,11 @@ std::optional<std::string> restart_guard_advice(const redlock::Result& result) {
   std::sort(waits.begin(), waits.end());
   const std::size_t quorum = result.masters.size() / 2 + 1;
   const long long wait = waits[quorum - 1];
-  std::string text = std::to_string(guarded) + " of " + std::to_string(result.masters.size()) +
-                     " masters (re)started less than --max-lock-ttl ago and are not counted yet (restart guard: a "
-                     "master that restarted without persistence has forgotten the locks it held). ";
+  std::string text =
+      std::to_string(guarded) + " of " + std::to_string(result.masters.size()) +
+      " masters are not counted yet by the restart guard: they (re)started, were a replica, or had their "
+      "keyspace replaced or unmarked (no keyspace mark: a fresh key prefix, or a wipe such as FLUSHALL) "
+      "less than --max-lock-ttl ago, and may have forgotten the locks they held. ";
   text += wait != kNever && wait > 0
               ? "Wait about " + std::to_string(wait) + " s (or use --wait " + std::to_string(wait + 1) + "s), or"
               : "Wait until they have been up --max-lock-ttl, or";

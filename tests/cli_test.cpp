@@ -1663,6 +1663,32 @@ TEST_F(CliTest, RestartGuardFailureSaysWhatToDo) {
   EXPECT_NE(notes[0].get<std::string>().find("--no-restart-guard"), std::string::npos) << j.out;
 }
 
+// Masters old enough for the age rule, but without the restart guard's keyspace mark (a fresh
+// key prefix, or the first Client of a version that marks): the first process creates the
+// marks and does not count them for --max-lock-ttl; it says how long to wait, and the next
+// process, finding the marks, is granted.
+TEST_F(CliTest, TheFirstProcessToMarkTheMastersSaysHowLongToWait) {
+  std::vector<std::string> args;
+  for (const auto& uri : masters_.uris()) {
+    args.emplace_back("-m");
+    args.push_back(uri);
+  }
+  args.insert(args.end(), {"--ttl", "500ms", "--max-lock-ttl", "1s", "--retry-count", "0", "acquire", "job"});
+  // uptime_in_seconds is whole seconds and may over-report by one: 3 s is surely past 1 s.
+  std::this_thread::sleep_for(3s);
+  Process first(args);
+  const Finished f = first.wait();
+  EXPECT_EQ(f.exit_code, 69) << describe(f);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(f.err, match, std::regex("Wait about ([0-9]+) s"))) << f.err;
+  EXPECT_GE(std::stoi(match[1].str()), 1);
+  EXPECT_LE(std::stoi(match[1].str()), 2);
+  EXPECT_NE(f.err.find("keyspace mark absent"), std::string::npos) << f.err;
+  Process second(args);
+  const Finished g = second.wait();
+  EXPECT_EQ(g.exit_code, 0) << describe(g);
+}
+
 // ---------------------------------------------------------------------------------------
 // A lease lost while `redlock run` runs its command: five masters, three of them frozen.
 
