@@ -157,10 +157,14 @@ std::optional<std::string> MasterSet::not_counted(std::uint32_t index, bool fenc
   const ServerInfo& info = server_info(index);
   if (info.role == "replica") return replica_reason(info.replica_of);
   if (auto why = guard_.not_counted(index, info)) return why;
-  if (guard_.enabled() && commands_.keyspace_mark() && guard_.incarnation(index).mark.empty() &&
-      !info.mark_error.empty()) {
+  if (guard_.enabled() && commands_.keyspace_mark() && guard_.incarnation(index).mark.empty()) {
     // The mark cannot be read (GET or SET refused by the ACL, say): a wipe would not be seen.
-    return "keyspace mark unknown (" + info.mark_error + "): a wipe (FLUSHALL, SWAPDB...) would not be seen, so the " +
+    // Nor when learning it again failed (its SET NX refused: OOM, BUSY; its GET found none): an
+    // acquire would then only ask that some mark exists (review 60: a second wipe re-marked by
+    // another Client was counted at once, and a held lock never heard it). Read again every
+    // second (read_periodically).
+    const std::string why = info.mark_error.empty() ? std::string("not learned again yet") : info.mark_error;
+    return "keyspace mark unknown (" + why + "): a wipe (FLUSHALL, SWAPDB...) would not be seen, so the " +
            "restart guard does not count it; allow SET and GET on '" + commands_.mark_key() +
            "' to the lock user (docs/permissions.md)";
   }
@@ -369,9 +373,14 @@ void MasterSet::read_periodically(std::uint32_t index) {
   // A backlog that refuses part of it leaves it unanswered: the next read tries again (and
   // compares the replication ID with the last one read: RestartGuard::observe_role).
   const bool role_sent = send(index, encode_command({"INFO", "replication"}), std::make_shared<RoleRead>(*this));
-  if (role_sent && guard_.enabled() && commands_.keyspace_mark() && !guard_.incarnation(index).mark.empty()) {
-    // A wipe on a master no acquire goes to: held locks hear it within a read interval.
-    send(index, commands_.mark_read(), std::make_shared<MarkRead>(*this, guard_.incarnation(index).mark, false));
+  if (role_sent && guard_.enabled() && commands_.keyspace_mark()) {
+    if (!guard_.incarnation(index).mark.empty()) {
+      // A wipe on a master no acquire goes to: held locks hear it within a read interval.
+      send(index, commands_.mark_read(), std::make_shared<MarkRead>(*this, guard_.incarnation(index).mark, false));
+    } else {
+      // Unknown (a relearn or the handshake's read failed): learned again; not counted meanwhile.
+      learn_mark(index);
+    }
   }
   if (role_sent && guard_.enabled() && guard_.incarnation(index).durable) {
     auto read = std::make_shared<DurabilityRead>(*this, guard_.incarnation(index).epoch);
