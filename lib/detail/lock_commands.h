@@ -46,9 +46,10 @@ inline constexpr std::string_view kReleaseScript =
 // The keyspace mark (restart guard on: docs/design.md "Restart guard"): a key of our own
 // under the prefix, `<prefix>__redlock_mark`, holding a random id, no expiry. Every handshake
 // sets it if absent (SET NX) and reads it; every acquire checks it in the same script as its
-// SET. A wipe that keeps the run_id (FLUSHALL, FLUSHDB, SWAPDB, DEBUG RELOAD, a replica's
-// resync) takes it away or replaces it: the acquire then sets nothing and answers this error,
-// and the restart guard takes the master's keys for replaced (RestartGuard::keys_replaced).
+// SET. A wipe that keeps the run_id (FLUSHALL, FLUSHDB, SWAPDB with an unmarked db, DEBUG
+// RELOAD NOSAVE without a dump, a replica's resync) takes it away or replaces it: the acquire
+// then sets nothing and answers this error, and the restart guard takes the master's keys for
+// replaced (RestartGuard::keys_replaced). A copy put back keeps the mark (docs/design.md).
 inline constexpr std::string_view kMarkKeyName = "__redlock_mark";
 inline constexpr std::string_view kMarkChangedError = "REDLOCKMARK keyspace replaced (mark changed)";
 
