@@ -35,18 +35,6 @@ ClientOptions guarded(const RedisServerGroup& masters) {
   return options;
 }
 
-// Every master counts this Client's grants (the age rule, and the mark's first contact, passed).
-void wait_until_counted(Client& client, const std::string& probe) {
-  ASSERT_TRUE(eventually(
-      [&] {
-        if (client.status().voters < client.size()) return false;
-        const Result r = client.acquire(probe);
-        if (r) client.release(*r.lock);
-        return r.ok() && r.count(MasterStatus::not_counted) == 0;
-      },
-      10s));
-}
-
 // A holds a lock on N = 3; `wipe` runs on masters 0 and 1; B, warmed before, must not be
 // granted, and is granted once max_lock_ttl has passed (A's key on master 2 has expired too).
 void wipe_two_then_acquire(const std::vector<std::string>& wipe) {
@@ -55,8 +43,8 @@ void wipe_two_then_acquire(const std::vector<std::string>& wipe) {
   Client b(guarded(masters));
   ASSERT_TRUE(a.wait_connected(3, 5s));
   ASSERT_TRUE(b.wait_connected(3, 5s));
-  wait_until_counted(a, "warm-up-a");
-  wait_until_counted(b, "warm-up-b");
+  ASSERT_TRUE(every_master_counts(a, "warm-up-a"));
+  ASSERT_TRUE(every_master_counts(b, "warm-up-b"));
   const Result held = a.acquire("res");
   ASSERT_TRUE(held.ok()) << format_result(held);
   masters[0].command(wipe);
@@ -118,7 +106,7 @@ TEST(KeyspaceMarkTest, AFirstContactWithoutAMarkIsNotCountedAtOnce) {
     EXPECT_NE(master.error.find("keyspace"), std::string::npos) << master.error;
   }
   EXPECT_EQ(with_key(masters, kMark), 3u);
-  wait_until_counted(client, "later");
+  ASSERT_TRUE(every_master_counts(client, "later"));
 }
 
 // A first contact that finds the mark another Client left counts the master (age rule only).
@@ -203,7 +191,7 @@ TEST(KeyspaceMarkTest, DISABLED_CostOfTheMarkedAcquire) {
   Client plain_client(off);
   ASSERT_TRUE(guarded_client.wait_connected(3, 5s));
   ASSERT_TRUE(plain_client.wait_connected(3, 5s));
-  wait_until_counted(guarded_client, "warm-up");
+  ASSERT_TRUE(every_master_counts(guarded_client, "warm-up"));
   std::vector<double> on_us;
   std::vector<double> off_us;
   for (int i = 0; i < 4000; ++i) {

@@ -70,17 +70,6 @@ ClientOptions guarded(const Three& masters) {
   return options;
 }
 
-void wait_until_counted(Client& client, const std::string& probe) {
-  ASSERT_TRUE(eventually(
-      [&] {
-        if (client.status().voters < client.size()) return false;
-        const Result r = client.acquire(probe);
-        if (r) client.release(*r.lock);
-        return r.ok() && r.count(MasterStatus::not_counted) == 0;
-      },
-      10s));
-}
-
 // A snapshot taken after the mark exists but before A's grant, reloaded on 2 of 3 masters
 // (DEBUG RELOAD NOSAVE loads the RDB on disk): the mark keeps its id, A's key is gone.
 TEST(MarkAttackTest, DISABLED_ReloadOfAnOlderSnapshotKeepsTheMark) {
@@ -89,8 +78,8 @@ TEST(MarkAttackTest, DISABLED_ReloadOfAnOlderSnapshotKeepsTheMark) {
   Client b(guarded(masters));
   ASSERT_TRUE(a.wait_connected(3, 5s));
   ASSERT_TRUE(b.wait_connected(3, 5s));
-  wait_until_counted(a, "warm-a");
-  wait_until_counted(b, "warm-b");
+  ASSERT_TRUE(every_master_counts(a, "warm-a"));
+  ASSERT_TRUE(every_master_counts(b, "warm-b"));
   const std::string replid0 = masters[0].command({"INFO", "replication"}).str;
   masters[0].command({"SAVE"});
   masters[1].command({"SAVE"});
@@ -120,8 +109,8 @@ TEST(MarkAttackTest, DISABLED_SwapdbWithACopyOfTheMark) {
   Client b(guarded(masters));
   ASSERT_TRUE(a.wait_connected(3, 5s));
   ASSERT_TRUE(b.wait_connected(3, 5s));
-  wait_until_counted(a, "warm-a");
-  wait_until_counted(b, "warm-b");
+  ASSERT_TRUE(every_master_counts(a, "warm-a"));
+  ASSERT_TRUE(every_master_counts(b, "warm-b"));
   for (int i = 0; i < 2; ++i) masters[static_cast<std::size_t>(i)].command({"COPY", kMark, kMark, "DB", "1"});
   const Result held = a.acquire("res");
   ASSERT_TRUE(held.ok()) << format_result(held);
@@ -140,7 +129,7 @@ TEST(MarkAttackTest, FencedTokensIncreaseAcrossAWipe) {
   Three masters(37830);
   Client a(guarded(masters));
   ASSERT_TRUE(a.wait_connected(3, 5s));
-  wait_until_counted(a, "warm-a");
+  ASSERT_TRUE(every_master_counts(a, "warm-a"));
   AcquireOptions fenced;
   fenced.fencing = true;
   std::uint64_t last = 0;
@@ -182,8 +171,8 @@ TEST(MarkAttackTest, AFailedRelearnLeavesTheMarkUnknown) {
   Client b(guarded(masters));
   ASSERT_TRUE(a.wait_connected(3, 5s));
   ASSERT_TRUE(b.wait_connected(3, 5s));
-  wait_until_counted(a, "warm-a");
-  wait_until_counted(b, "warm-b");
+  ASSERT_TRUE(every_master_counts(a, "warm-a"));
+  ASSERT_TRUE(every_master_counts(b, "warm-b"));
   for (std::size_t i = 0; i < 2; ++i) {
     masters[i].command({"CONFIG", "SET", "maxmemory", "1"});  // noeviction: every SET is OOM
     masters[i].command({"FLUSHALL"});
@@ -197,10 +186,10 @@ TEST(MarkAttackTest, AFailedRelearnLeavesTheMarkUnknown) {
   if (rb.ok()) b.release(*rb.lock);
   ASSERT_TRUE(eventually([&] { return masters.with(kMark) == 3; }));
   std::this_thread::sleep_for(kMaxLockTtl + 500ms);
-  wait_until_counted(b, "warm-b2");
+  ASSERT_TRUE(every_master_counts(b, "warm-b2"));
   const Result held_b = b.acquire("res2");
   ASSERT_TRUE(held_b.ok()) << format_result(held_b);
-  wait_until_counted(a, "warm-a2");
+  ASSERT_TRUE(every_master_counts(a, "warm-a2"));
   const Result held_a = a.acquire("res");
   ASSERT_TRUE(held_a.ok()) << format_result(held_a);
   // Second wipe, re-marked at once by a Client that learns again (B's acquire).

@@ -30,20 +30,6 @@ ClientOptions guarded(const RedisServerGroup& masters, bool guard) {
   return options;
 }
 
-// Every master must have been up longer than max_lock_ttl before the guard counts it. Asked
-// of status too: an acquire decided by two masters leaves the third's row pending, which says
-// nothing of whether it is counted yet (CI run 4: a master counted only 1 s later).
-void wait_until_counted(Client& client, const std::string& probe) {
-  ASSERT_TRUE(eventually(
-      [&] {
-        if (client.status().voters < client.size()) return false;
-        const Result r = client.acquire(probe);
-        if (r) client.release(*r.lock);
-        return r.ok() && r.count(MasterStatus::not_counted) == 0;
-      },
-      10s));
-}
-
 // Makes `server` a replica of `upstream` and waits until its link is up: the full sync has
 // replaced its keys by then.
 void make_replica(const support::RedisServer& server, const support::RedisServer& upstream) {
@@ -76,7 +62,7 @@ struct HeldMaster0 {
 // Acquires `key` once every master counts and is clear of the age rule (uptime, read again at
 // a reconnect, may say the server is up to 1 s younger than the first reading did).
 Result acquire_when_counted(Client& client, const std::string& key) {
-  wait_until_counted(client, "warm-up");
+  EXPECT_TRUE(every_master_counts(client, "warm-up"));
   std::this_thread::sleep_for(1500ms);
   return client.acquire(key);
 }
@@ -129,7 +115,7 @@ TEST(RestartGuardTest, AFreshMasterIsConnectedButNotCounted) {
   }
   // Not counted, but sent the SET and then the release: nothing of ours is left.
   EXPECT_TRUE(eventually([&] { return with_key(masters, "redlock:fresh") == 0; }));
-  wait_until_counted(client, "later");
+  ASSERT_TRUE(every_master_counts(client, "later"));
 }
 
 // The scenario: N = 5, the lock held on exactly 3 masters, one of the 3 killed and
@@ -144,8 +130,8 @@ void hold_on_three_then_restart_one(bool guard, bool expect_second_holder) {
   ASSERT_TRUE(first.wait_connected(5, 5s));
   ASSERT_TRUE(second.wait_connected(5, 5s));
   if (guard) {
-    wait_until_counted(first, "warm-up-1");
-    wait_until_counted(second, "warm-up-2");
+    ASSERT_TRUE(every_master_counts(first, "warm-up-1"));
+    ASSERT_TRUE(every_master_counts(second, "warm-up-2"));
   }
   for (const std::size_t i : {3u, 4u}) masters[i].command({"SET", "redlock:ledger", "stale-owner", "PX", "300"});
   const Result held = first.acquire("ledger");
@@ -186,7 +172,7 @@ TEST(RestartGuardTest, WithoutTheGuardTheSameRestartGivesTwoHolders) {
 TEST(RestartGuardTest, ALockSurvivesAsLongAsAQuorumOfItsGrantorsHasNotRestarted) {
   RedisServerGroup masters(3);
   Client client(guarded(masters, true));
-  wait_until_counted(client, "warm-up");
+  ASSERT_TRUE(every_master_counts(client, "warm-up"));
   const Result held = client.acquire("k3");
   ASSERT_TRUE(held);
   // Wait for the straggler's grant too: k = 3 of N = 3.
@@ -343,8 +329,8 @@ TEST(RestartGuardTest, DurableMastersAreCountedAtOnceAndKeepTheirVotesAcrossRest
   Client second(guarded(masters, true));
   // A first contact cannot know whether a young durable master was durable before its last
   // restart: the age rule applies to it (AMasterRestartedWithAofSwitchedOnIsNotCountedAtOnce).
-  wait_until_counted(first, "warm-up-1");
-  wait_until_counted(second, "warm-up-2");
+  ASSERT_TRUE(every_master_counts(first, "warm-up-1"));
+  ASSERT_TRUE(every_master_counts(second, "warm-up-2"));
   const Result held = first.acquire("durable-guarded");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   ASSERT_TRUE(eventually([&] { return holding(masters, held.lock->key, held.lock->token) == 3u; }));
@@ -380,7 +366,7 @@ TEST(RestartGuardTest, ADurableServerTakingOverTheAddressIsNotCountedAtOnce) {
   auto options = guarded(masters, true);
   options.masters = {address.uri(), masters[1].uri(), masters[2].uri()};
   Client client(options);
-  wait_until_counted(client, "warm-up");
+  ASSERT_TRUE(every_master_counts(client, "warm-up"));
   const Result held = client.acquire("failover");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   std::this_thread::sleep_for(1s);  // masters[3] is now clearly older than the loss below
@@ -403,7 +389,7 @@ TEST(RestartGuardTest, AVoteFromAMasterThatRestartedBeforeTheDecisionIsTakenBack
   std::promise<Result> decided;  // outlives the Client, which may call back as it ends
   auto future = decided.get_future();
   Client client(options);
-  wait_until_counted(client, "warm-up");
+  ASSERT_TRUE(every_master_counts(client, "warm-up"));
   const Result warm = client.acquire("warm-up");
   ASSERT_TRUE(warm) << format_result(warm);
   const Result released = client.release(*warm.lock);  // a release's rows are not votes
@@ -461,7 +447,7 @@ TEST(RestartGuardTest, AGrantLostDuringTheFencingRoundIsNotHandedOut) {
   std::promise<Result> decided;  // outlives the Client, which may call back as it ends
   auto future = decided.get_future();
   Client client(options);
-  wait_until_counted(client, "warm-up");
+  ASSERT_TRUE(every_master_counts(client, "warm-up"));
   AcquireOptions fenced;
   fenced.fencing = true;
   fenced.retry_count = 0;
@@ -503,7 +489,7 @@ TEST(RestartGuardTest, AMasterRestartedWithAofSwitchedOnIsNotCountedAtOnce) {
   options.reconnect_min = 400ms;  // time to switch AOF on before the client is back
   options.reconnect_max = 400ms;
   Client first(options);
-  wait_until_counted(first, "warm-up");
+  ASSERT_TRUE(every_master_counts(first, "warm-up"));
   const Result held = first.acquire("aof-switched-on");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   ASSERT_TRUE(eventually([&] { return holding(masters, held.lock->key, held.lock->token) == 3u; }));
@@ -565,8 +551,8 @@ TEST(RestartGuardTest, AofSwitchedOffOnALiveMasterIsNoticedBeforeItRestarts) {
   RedisServerGroup masters(3, durable);
   Client first(guarded(masters, true));
   Client second(guarded(masters, true));
-  wait_until_counted(first, "warm-up-1");
-  wait_until_counted(second, "warm-up-2");
+  ASSERT_TRUE(every_master_counts(first, "warm-up-1"));
+  ASSERT_TRUE(every_master_counts(second, "warm-up-2"));
   for (const std::size_t i : {0u, 1u}) masters[i].command({"CONFIG", "SET", "appendonly", "no"});
   std::this_thread::sleep_for(2500ms);  // the Clients re-read durability every second
   const Result held = first.acquire("aof-switched-off");
@@ -596,8 +582,8 @@ void durable_master_restarted_empty_with_aof_switched_on_later(bool reset_stats)
   options.reconnect_max = 600ms;
   Client first(options);
   Client second(options);
-  wait_until_counted(first, "warm-up-1");
-  wait_until_counted(second, "warm-up-2");
+  ASSERT_TRUE(every_master_counts(first, "warm-up-1"));
+  ASSERT_TRUE(every_master_counts(second, "warm-up-2"));
   const Result held = first.acquire("aof-on-later");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
   ASSERT_TRUE(eventually([&] { return holding(masters, held.lock->key, held.lock->token) == 3u; }));
@@ -642,7 +628,7 @@ TEST(RestartGuardTest, ADurableMasterRestartedLongAfterThisClientLostItIsNotCoun
   options.reconnect_min = 100ms;
   options.reconnect_max = 100ms;
   Client client(options);
-  wait_until_counted(client, "warm-up");
+  ASSERT_TRUE(every_master_counts(client, "warm-up"));
   address.retarget(1);  // cut off: port 1, where nothing listens
   std::this_thread::sleep_for(6s);
   masters[0].kill();
@@ -678,8 +664,8 @@ TEST(RestartGuardTest, ADurableRestartAfterAnUnseenEmptyIncarnationIsNotCountedA
   }
   Client a(a_options);
   Client b(b_options);
-  wait_until_counted(a, "warm-up");
-  wait_until_counted(b, "warm-up");
+  ASSERT_TRUE(every_master_counts(a, "warm-up"));
+  ASSERT_TRUE(every_master_counts(b, "warm-up"));
   std::this_thread::sleep_for(1200ms);  // a durability read of A's on masters 0 and 2
   a_to_0.retarget(1);                   // A cut off: port 1, where nothing listens
   a_to_2.retarget(1);
@@ -774,7 +760,7 @@ TEST(RestartGuardTest, ATtlLongerThanTheGuardWindowIsRefused) {
 
   // The same bound holds for every later ttl of a granted lock: an extend or a Lease renewing
   // past max_lock_ttl would outlive the window a restarted master is quarantined for.
-  wait_until_counted(client, "warm-up");
+  ASSERT_TRUE(every_master_counts(client, "warm-up"));
   AcquireOptions short_ttl;
   short_ttl.ttl = 1000ms;
   const Result held = client.acquire("long", short_ttl);
@@ -871,8 +857,8 @@ TEST(RestartGuardTest, AMasterMadeAReplicaWhileConnectedStopsVotingAndLosesItsVo
   options.retry_count = 0;
   Client first(options);
   Client second(options);
-  wait_until_counted(first, "warm-up-1");
-  wait_until_counted(second, "warm-up-2");
+  ASSERT_TRUE(every_master_counts(first, "warm-up-1"));
+  ASSERT_TRUE(every_master_counts(second, "warm-up-2"));
   masters[0].command({"SET", "redlock:demoted", "stale-owner", "PX", "300"});
   const Result held = first.acquire("demoted");
   ASSERT_EQ(held.outcome, Outcome::acquired) << format_result(held);
@@ -900,7 +886,7 @@ TEST(RestartGuardTest, AMasterMadeAReplicaWhileConnectedStopsVotingAndLosesItsVo
   EXPECT_EQ(promoted.masters[1].status, MasterStatus::not_counted) << format_result(promoted);
   EXPECT_NE(promoted.masters[1].error.find("a replica"), std::string::npos) << format_result(promoted);
   EXPECT_NE(promoted.masters[1].error.find("restart guard"), std::string::npos) << format_result(promoted);
-  wait_until_counted(second, "counted-again");
+  ASSERT_TRUE(every_master_counts(second, "counted-again"));
 }
 
 // The same change made while this Client was cut off from the master, and undone before it

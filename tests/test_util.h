@@ -128,6 +128,21 @@ bool eventually(Condition condition, std::chrono::milliseconds limit = 5s) {
   return true;
 }
 
+// With the restart guard on: whether every master comes to count `client`'s grants within
+// `limit` (the age rule and the keyspace mark's first contact passed). Asked of status too: an
+// acquire decided by two masters leaves the third's row pending, which says nothing of whether
+// it is counted yet (CI run 4: a master counted only 1 s later).
+inline bool every_master_counts(Client& client, const std::string& probe, std::chrono::milliseconds limit = 10s) {
+  return eventually(
+      [&] {
+        if (client.status().voters < client.size()) return false;
+        const Result r = client.acquire(probe);
+        if (r) client.release(*r.lock);
+        return r.ok() && r.count(MasterStatus::not_counted) == 0;
+      },
+      limit);
+}
+
 // steady_clock plus an offset a test can move forward (monotonic as long as it only grows):
 // a validity clock whose rate differs from the loop's CLOCK_MONOTONIC for a moment, as after
 // a suspend of the machine (SteadyClock counts it, the loop's timers do not).
