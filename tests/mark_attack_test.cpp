@@ -1,13 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Review 60: attacks on the restart guard's keyspace mark (servers on fixed loopback ports).
+// Review 60: attacks on the restart guard's keyspace mark.
 // The DISABLED_ ones show documented limits (docs/design.md, keyspace mark, "Still not
 // caught"): they fail by design; run with --gtest_also_run_disabled_tests.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <iostream>
-#include <memory>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,49 +18,14 @@ namespace {
 constexpr auto kMaxLockTtl = 2000ms;
 const std::string kMark = "redlock:__redlock_mark";
 
-// Fixed loopback ports 37800-37898, three fresh ones per group (a port just closed may still be
-// refused by the harness's check).
-std::uint16_t next_base() {
-  static int next = 0;
-  const int base = 37800 + (next % 33) * 3;
-  ++next;
-  return static_cast<std::uint16_t>(base);
+// Masters that allow DEBUG (DEBUG RELOAD below).
+support::RedisServerOptions debug_allowed() {
+  support::RedisServerOptions options;
+  options.extra_args = {"--enable-debug-command", "yes"};
+  return options;
 }
 
-struct Three {
-  explicit Three(std::uint16_t = 0) {
-    // A port of the range may be some connection's local (ephemeral) port: the next is tried.
-    for (int attempt = 0; attempt < 33 && servers.size() < 3; ++attempt) {
-      const std::uint16_t base = next_base();
-      servers.clear();
-      try {
-        for (std::uint16_t i = 0; i < 3; ++i) {
-          support::RedisServerOptions options;
-          options.port = static_cast<std::uint16_t>(base + i);
-          options.extra_args = {"--enable-debug-command", "yes"};
-          servers.push_back(std::make_unique<support::RedisServer>(options));
-        }
-      } catch (const std::runtime_error&) {
-        servers.clear();
-      }
-    }
-    if (servers.size() < 3) throw std::runtime_error("no three free ports in 37800-37898");
-  }
-  support::RedisServer& operator[](std::size_t i) { return *servers[i]; }
-  std::vector<std::string> uris() const {
-    std::vector<std::string> out;
-    for (const auto& s : servers) out.push_back(s->uri());
-    return out;
-  }
-  std::size_t with(const std::string& key) const {
-    std::size_t n = 0;
-    for (const auto& s : servers) n += s->command({"EXISTS", key}).integer == 1 ? 1u : 0u;
-    return n;
-  }
-  std::vector<std::unique_ptr<support::RedisServer>> servers;
-};
-
-ClientOptions guarded(const Three& masters) {
+ClientOptions guarded(const RedisServerGroup& masters) {
   auto options = options_for(masters.uris());
   options.restart_guard = true;
   options.ttl = kMaxLockTtl;
@@ -73,7 +36,7 @@ ClientOptions guarded(const Three& masters) {
 // A snapshot taken after the mark exists but before A's grant, reloaded on 2 of 3 masters
 // (DEBUG RELOAD NOSAVE loads the RDB on disk): the mark keeps its id, A's key is gone.
 TEST(MarkAttackTest, DISABLED_ReloadOfAnOlderSnapshotKeepsTheMark) {
-  Three masters(37810);
+  RedisServerGroup masters(3, debug_allowed());
   Client a(guarded(masters));
   Client b(guarded(masters));
   ASSERT_TRUE(a.wait_connected(3, 5s));
@@ -88,7 +51,7 @@ TEST(MarkAttackTest, DISABLED_ReloadOfAnOlderSnapshotKeepsTheMark) {
   const std::string mark_before = masters[0].command({"GET", kMark}).str;
   EXPECT_EQ(masters[0].command({"DEBUG", "RELOAD", "NOSAVE"}).type, support::Reply::Type::status);
   EXPECT_EQ(masters[1].command({"DEBUG", "RELOAD", "NOSAVE"}).type, support::Reply::Type::status);
-  EXPECT_EQ(masters.with("redlock:res"), 1u);
+  EXPECT_EQ(with_key(masters, "redlock:res"), 1u);
   EXPECT_EQ(masters[0].command({"GET", kMark}).str, mark_before);
   const bool same_replid =
       masters[0].command({"INFO", "replication"}).str.find(replid0.substr(replid0.find("master_replid:"), 55)) !=
@@ -104,7 +67,7 @@ TEST(MarkAttackTest, DISABLED_ReloadOfAnOlderSnapshotKeepsTheMark) {
 
 // SWAPDB 0 1 with a copy of the mark (same id) in db 1, taken before A's grant.
 TEST(MarkAttackTest, DISABLED_SwapdbWithACopyOfTheMark) {
-  Three masters(37820);
+  RedisServerGroup masters(3, debug_allowed());
   Client a(guarded(masters));
   Client b(guarded(masters));
   ASSERT_TRUE(a.wait_connected(3, 5s));
@@ -115,7 +78,7 @@ TEST(MarkAttackTest, DISABLED_SwapdbWithACopyOfTheMark) {
   const Result held = a.acquire("res");
   ASSERT_TRUE(held.ok()) << format_result(held);
   for (int i = 0; i < 2; ++i) masters[static_cast<std::size_t>(i)].command({"SWAPDB", "0", "1"});
-  EXPECT_EQ(masters.with("redlock:res"), 1u);
+  EXPECT_EQ(with_key(masters, "redlock:res"), 1u);
   const Result stolen = b.acquire("res");
   std::cout << "B after swap: " << format_result(stolen) << "\n";
   EXPECT_FALSE(stolen.ok()) << "two holders";
@@ -126,7 +89,7 @@ TEST(MarkAttackTest, DISABLED_SwapdbWithACopyOfTheMark) {
 
 // Fencing after FLUSHALL on 2 of 3 (counter wiped there): tokens still increase.
 TEST(MarkAttackTest, FencedTokensIncreaseAcrossAWipe) {
-  Three masters(37830);
+  RedisServerGroup masters(3, debug_allowed());
   Client a(guarded(masters));
   ASSERT_TRUE(a.wait_connected(3, 5s));
   ASSERT_TRUE(every_master_counts(a, "warm-a"));
@@ -166,7 +129,7 @@ TEST(MarkAttackTest, FencedTokensIncreaseAcrossAWipe) {
 // leaves A's mark unknown: acquires then only ask that some mark exists, and no periodic read
 // is made. A later wipe re-marked by another Client is not seen by A.
 TEST(MarkAttackTest, AFailedRelearnLeavesTheMarkUnknown) {
-  Three masters(37840);
+  RedisServerGroup masters(3, debug_allowed());
   Client a(guarded(masters));
   Client b(guarded(masters));
   ASSERT_TRUE(a.wait_connected(3, 5s));
@@ -184,7 +147,7 @@ TEST(MarkAttackTest, AFailedRelearnLeavesTheMarkUnknown) {
   // B sees the absent mark at its next acquire and marks both masters again.
   const Result rb = b.acquire("y");
   if (rb.ok()) b.release(*rb.lock);
-  ASSERT_TRUE(eventually([&] { return masters.with(kMark) == 3; }));
+  ASSERT_TRUE(eventually([&] { return with_key(masters, kMark) == 3; }));
   std::this_thread::sleep_for(kMaxLockTtl + 500ms);
   ASSERT_TRUE(every_master_counts(b, "warm-b2"));
   const Result held_b = b.acquire("res2");
@@ -196,7 +159,7 @@ TEST(MarkAttackTest, AFailedRelearnLeavesTheMarkUnknown) {
   for (std::size_t i = 0; i < 2; ++i) masters[i].command({"FLUSHALL"});
   const Result relearn = b.acquire("z");
   if (relearn.ok()) b.release(*relearn.lock);
-  ASSERT_TRUE(eventually([&] { return masters.with(kMark) == 3; }, 2s));
+  ASSERT_TRUE(eventually([&] { return with_key(masters, kMark) == 3; }, 2s));
   const Result stolen = a.acquire("res2");  // B holds res2; its keys on 0 and 1 were wiped
   std::cout << "A on B's res2: " << format_result(stolen) << "\n";
   EXPECT_FALSE(stolen.ok()) << "two holders (A counts the wiped masters at once)";
@@ -209,7 +172,7 @@ TEST(MarkAttackTest, AFailedRelearnLeavesTheMarkUnknown) {
 // One-shot Clients (the CLI): after FLUSHALL on 2 of 3 the first fresh Client re-creates the
 // marks (not counted), the second finds them and counts at once (documented first-contact limit).
 TEST(MarkAttackTest, DISABLED_TheSecondFreshClientAfterAWipeIsGranted) {
-  Three masters(37850);
+  RedisServerGroup masters(3, debug_allowed());
   {
     Client first(guarded(masters));
     ASSERT_TRUE(first.wait_connected(3, 5s));
