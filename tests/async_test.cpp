@@ -741,6 +741,52 @@ TEST(AsyncTest, AttachesToACallersLoopAndTheLoopClosesCleanly) {
   EXPECT_EQ(detail::close_uv_loop(&loop), 0);
 }
 
+// The stall check asks whether the master answers, not whether the loop read in time. A loop
+// held past stall_timeout (here a caller's loop not run; in CI, ASan's loop busy with a burst
+// of 30,000 acquires) found every master's replies waiting in its socket, and the stall timer,
+// run before the loop reads, dropped the three connections: the acquire failed, and a burst's
+// releases were lost with them (CI: 17,034 keys of cancelled acquires left).
+TEST(AsyncTest, RepliesWaitingWhileTheLoopWasHeldAreNotAStall) {
+  RedisServerGroup masters(3);
+  uv_loop_t loop;
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  {
+    auto options = options_for(masters);
+    options.loop = &loop;
+    options.stall_timeout = 200ms;
+    options.command_timeout = 5s;  // (the round's deadline timer runs before the loop reads, too)
+    Client client(options);
+    std::optional<Result> warm_up;  // (every connection ready)
+    client.acquire_async("warm-up", [&](Result r) { warm_up = std::move(r); });
+    while (!warm_up) uv_run(&loop, UV_RUN_ONCE);
+    ASSERT_EQ(warm_up->outcome, Outcome::acquired) << format_result(*warm_up);
+    std::optional<Result> acquired;
+    // The SETs written while the masters are frozen (no reply can be read meanwhile), then
+    // answered while the loop is not run.
+    for (std::size_t i = 0; i < masters.size(); ++i) masters[i].freeze();
+    client.acquire_async("held-loop", [&](Result r) { acquired = std::move(r); });
+    for (int pass = 0; pass < 50; ++pass) {
+      uv_run(&loop, UV_RUN_NOWAIT);
+      std::this_thread::sleep_for(1ms);
+    }
+    for (std::size_t i = 0; i < masters.size(); ++i) masters[i].thaw();
+    const auto on = [&](std::size_t i) { return get(masters[i], "redlock:held-loop").has_value(); };
+    ASSERT_TRUE(eventually([&] { return on(0) && on(1) && on(2); }));
+    ASSERT_FALSE(acquired.has_value());
+    std::this_thread::sleep_for(600ms);  // every reply is in its socket, unread, past stall_timeout
+    while (!acquired) uv_run(&loop, UV_RUN_ONCE);
+    EXPECT_EQ(acquired->outcome, Outcome::acquired) << format_result(*acquired);
+    if (acquired->lock) {
+      std::optional<Result> released;
+      client.release_async(*acquired->lock, [&](Result r) { released = std::move(r); });
+      while (!released) uv_run(&loop, UV_RUN_ONCE);
+      EXPECT_EQ(released->outcome, Outcome::released) << format_result(*released);
+    }
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_EQ(detail::close_uv_loop(&loop), 0);
+}
+
 // A Client attached to a caller's loop and destroyed before that loop ever ran: the task
 // that would create its connections is still queued. Nothing may run after the Client is
 // gone (ASan: no use after free), and the loop closes cleanly.

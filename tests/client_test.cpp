@@ -429,6 +429,37 @@ TEST(ClientLossTest, AnExtendOfAnAdoptedCopyAfterAReleaseCutOffWithItsConnection
   }
 }
 
+// A master working through a backlog answers all along: the stall check counts from its last
+// reply, not from the oldest command's send. Every SET held 250 ms on its way (one after
+// another), acquires sent 200 ms apart: replies come every 250 ms while each waits 50 ms
+// longer than the one before, and from the fifth on past stall_timeout (450 ms) the
+// connections were dropped as stalled (the acquire failed not_connected, and under a burst the
+// releases of the SETs in flight were lost with them).
+TEST(ClientLossTest, AMasterWorkingThroughABacklogIsNotDroppedAsStalled) {
+  std::atomic<bool> slow{false};
+  HeldUpMasters held_up([&](std::size_t, std::string_view chunk) {
+    if (slow && chunk.find("SET") != std::string_view::npos) std::this_thread::sleep_for(250ms);
+  });
+  auto options = held_up.options(10000ms);
+  options.command_timeout = 3s;  // every acquire waits for its answer
+  options.stall_timeout = 450ms;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  slow = true;
+  std::vector<std::future<Result>> results;
+  for (int i = 0; i < 8; ++i) {
+    auto done = std::make_shared<std::promise<Result>>();
+    results.push_back(done->get_future());
+    client.acquire_async("backlog-" + std::to_string(i), [done](Result r) { done->set_value(std::move(r)); });
+    std::this_thread::sleep_for(200ms);
+  }
+  for (auto& result : results) {
+    const Result r = result.get();
+    EXPECT_EQ(r.outcome, Outcome::acquired) << format_result(r);
+  }
+  slow = false;
+}
+
 // And after a release that got its quorum. Held up on the way, the acquire's SET to master 2
 // lands after the release answered there "no key", and master 1's release lands after a later
 // extend sent on a new connection: the extend finds the key on masters 1 and 2 and says

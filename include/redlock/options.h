@@ -96,8 +96,10 @@ struct ClientOptions {
   Milliseconds reconnect_min{50};
   Milliseconds reconnect_max{2'000};
 
-  // A connection whose oldest outstanding command has waited this long is considered
-  // dead (e.g. the master is frozen) and is dropped and re-established. Keep it well above
+  // A connection whose master has answered nothing for this long while a command waits
+  // (counted from the later of that command's send and the last reply read) is considered
+  // dead (e.g. the master is frozen) and is dropped and re-established. Replies waiting
+  // unread in the socket (the Client's loop was held) are answers. Keep it well above
   // command_timeout. 0 disables the check. Default 3 s.
   Milliseconds stall_timeout{3'000};
 

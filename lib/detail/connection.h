@@ -244,8 +244,12 @@ class Connection {
   [[nodiscard]] std::size_t unsent_bytes() const noexcept;
   // unsent_bytes plus what the queued writes cost beyond their bytes (kQueuedWriteCost each).
   [[nodiscard]] std::size_t backlog_cost() const noexcept;
-  void arm_stall_check();
+  void arm_stall_check(std::uint64_t at = 0);  // at (now_ns()); 0: stall_timeout past the last answer
   void check_stall();
+  // Bytes the master sent that this socket has not read yet (FIONREAD).
+  [[nodiscard]] std::size_t unread_bytes() const noexcept;
+  // A stall check that found unread bytes looks again this much later (after the loop reads).
+  static constexpr std::uint64_t kStallRecheckNs = 1'000'000;
   void recheck_permissions();  // permission_refused()'s reconnect, once nothing is outstanding
   void close_socket();
   // The one write path: 0, or a libuv error with nothing queued (close() ignores it).
@@ -289,6 +293,7 @@ class Connection {
   EventLoop::TimerId connect_timer_ = 0;
   EventLoop::TimerId reconnect_timer_ = 0;
   EventLoop::TimerId stall_timer_ = 0;
+  std::uint64_t answered_ns_ = 0;  // loop time of the last reply to a command read (the stall check)
   // permission_refused(): a reconnect to check again is wanted (for this socket), and the
   // earliest it may be made.
   bool recheck_wanted_ = false;
