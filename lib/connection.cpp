@@ -590,8 +590,10 @@ int Connection::write_to(Socket& socket, std::string& bytes) {
 // oldest command's send alone (a master working through a long backlog answers all along).
 void Connection::arm_stall_check(std::uint64_t at) {
   if (pending_.empty()) return;
-  const auto due =
-      at != 0 ? at : deadline_after(std::max(pending_.front().sent_ns, answered_ns_), options_.stall_timeout);
+  const std::uint64_t sent = pending_.front().sent_ns;
+  const auto due = at != 0 ? at
+                           : std::min(deadline_after(std::max(sent, answered_ns_), options_.stall_timeout),
+                                      sent + kStallWaitFactor * to_ns(options_.stall_timeout));
   stall_timer_ = loop_.schedule_at(due, [this] {
     stall_timer_ = 0;
     check_stall();
@@ -602,6 +604,16 @@ void Connection::check_stall() {
   if (pending_.empty() || state_ == State::disconnected || state_ == State::closed) return;
   const std::uint64_t now = now_ns();
   const std::uint64_t waited = now - std::min(now, std::max(pending_.front().sent_ns, answered_ns_));
+  // The oldest command's own wait is bounded too: a master answering one reply every
+  // stall_timeout - e while asked faster is never silent for stall_timeout, yet its backlog and
+  // every command's wait grow without end (review 61, HostileMasterTest.
+  // AMasterAnsweringSlowerThanAskedIsDroppedAsStalled: kept for good, one reply per 300 ms).
+  const std::uint64_t oldest = now - std::min(now, pending_.front().sent_ns);
+  if (oldest >= kStallWaitFactor * to_ns(options_.stall_timeout) && unread_bytes() == 0) {
+    fail("oldest command waited " + std::to_string(oldest / 1'000'000) + " ms (over " +
+         std::to_string(kStallWaitFactor) + " x stall_timeout): master stalled, reconnecting");
+    return;
+  }
   if (waited < to_ns(options_.stall_timeout)) {
     arm_stall_check();
     return;

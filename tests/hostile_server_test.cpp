@@ -13,10 +13,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -54,6 +56,7 @@ enum class Behaviour {
   huge_denial,        // the handshake's permission check says 1,000,000 bytes of commands are denied
   password_time,      // honest, but TIME's seconds are the password it was sent (kEchoedPassword)
   huge_run_id,        // honest, but INFO server's run_id is almost 1 MiB long (the same on every such server)
+  slow_answers,       // honest replies to lock commands, in order, but one every kAnswerEvery (a growing backlog)
 };
 
 constexpr const char* kEchoedPassword = "echoed-Pw-7q2x";
@@ -92,7 +95,12 @@ class HostileServer {
     Clock::time_point next_drip{};
     std::optional<Clock::time_point> idle_due;  // when the unasked bytes go out
     bool idle_sent = false;
+    std::deque<std::string> queued;  // slow_answers: replies not sent yet, in order
+    Clock::time_point next_answer{};
   };
+ public:
+  static constexpr auto kAnswerEvery = std::chrono::milliseconds(300);
+ private:
 
   void serve() {
     std::vector<Peer> peers;
@@ -102,7 +110,7 @@ class HostileServer {
       for (const auto& peer : peers) {
         const bool writing = !peer.out.empty() || peer.stream_left > 0;
         fds.push_back({peer.fd, static_cast<short>(POLLIN | (writing ? POLLOUT : 0)), 0});
-        timed = timed || peer.dripping || (peer.idle_due && !peer.idle_sent);
+        timed = timed || peer.dripping || (peer.idle_due && !peer.idle_sent) || !peer.queued.empty();
       }
       if (::poll(fds.data(), fds.size(), timed ? 2 : 1000) < 0) break;
       if (fds[0].revents != 0) break;
@@ -148,6 +156,11 @@ class HostileServer {
             freeReplyObject(request);
             respond(peer, name, section, probe);
           }
+        }
+        if (!peer.queued.empty() && now >= peer.next_answer) {
+          peer.out += peer.queued.front();
+          peer.queued.pop_front();
+          peer.next_answer = now + kAnswerEvery;
         }
         if (peer.dripping && now >= peer.next_drip) {
           peer.out += 'x';
@@ -280,6 +293,10 @@ class HostileServer {
           peer.dripping = true;
           peer.muted = true;
           break;
+        case Behaviour::slow_answers:
+          if (peer.queued.empty() && peer.next_answer < Clock::now()) peer.next_answer = Clock::now() + kAnswerEvery;
+          peer.queued.push_back(honest(name));
+          return;
         case Behaviour::resp3_push: peer.out += ">2\r\n$7\r\nmessage\r\n$2\r\nhi\r\n"; break;
         case Behaviour::extra_reply: peer.out += honest(name) + honest(name); break;
         case Behaviour::swapped_replies: peer.out += name == "SET" ? ":1\r\n" : "+OK\r\n"; break;
@@ -670,5 +687,85 @@ TEST(HostileMasterTest, ThroughputHolds) {
   }
 }
 
+}  // namespace
+}  // namespace redlock::testing
+
+namespace redlock::testing {
+namespace {
+// REVIEW 61: a master that answers, in order, one reply every 300 ms (under stall_timeout,
+// 400 ms) while the client sends every 20 ms: its backlog and each command's wait grow without
+// bound, yet it never goes 400 ms without answering. Before c9ef106 it was dropped as stalled
+// (its oldest command waited past 400 ms); after, it is kept, all its rows time out for good.
+TEST(HostileMasterTest, AMasterAnsweringSlowerThanAskedIsDroppedAsStalled) {
+  RedisServerGroup real(4);
+  HostileServer bad(Behaviour::slow_answers);
+  std::vector<std::string> uris = real.uris();
+  uris.insert(uris.begin() + kHostile, bad.uri());
+  auto options = options_for(uris);
+  options.command_timeout = 150ms;
+  options.stall_timeout = 400ms;
+  options.reconnect_min = 10s;
+  options.reconnect_max = 10s;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  const auto start = std::chrono::steady_clock::now();
+  int acquires = 0;
+  int stalled = 0;
+  int timeouts = 0;
+  Result last;
+  while (std::chrono::steady_clock::now() - start < 8s && stalled == 0) {
+    last = client.acquire("slow" + std::to_string(acquires++));
+    ASSERT_EQ(last.outcome, Outcome::acquired) << format_result(last);
+    if (last.masters[kHostile].error.find("master stalled") != std::string::npos) ++stalled;
+    if (last.masters[kHostile].status == MasterStatus::timeout) ++timeouts;
+    EXPECT_TRUE(client.release(*last.lock).ok());
+    std::this_thread::sleep_for(20ms);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("slow answers: %d acquires in %.1f s, %d rows timed out, stalled row seen: %d; last row: %s\n", acquires,
+              secs, timeouts, stalled, last.masters[kHostile].error.c_str());
+  EXPECT_GT(stalled, 0) << format_result(last);
+}
+}  // namespace
+}  // namespace redlock::testing
+
+namespace redlock::testing {
+namespace {
+// REVIEW 61: a master frozen (SIGSTOP) in the middle of a backlog is dropped about
+// stall_timeout after its last answer. Prints the time from the freeze to the first row
+// naming the stall.
+TEST(HostileMasterTest, AMasterFrozenMidBacklogIsDroppedWithinStallTimeout) {
+  RedisServerGroup masters(3);
+  auto options = options_for(masters);
+  options.command_timeout = 100ms;
+  options.stall_timeout = 500ms;
+  options.reconnect_min = 10s;
+  options.reconnect_max = 10s;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  std::atomic<int> done{0};
+  for (int i = 0; i < 20000; ++i) {
+    client.acquire_async("burst" + std::to_string(i), [&](Result) { ++done; });
+  }
+  std::this_thread::sleep_for(30ms);
+  masters[0].freeze();
+  const auto frozen = std::chrono::steady_clock::now();
+  std::printf("frozen with %d of 20000 acquires done\n", done.load());
+  Result last;
+  double seen = -1;
+  for (int i = 0; i < 400; ++i) {
+    last = client.acquire("probe" + std::to_string(i));
+    if (last.masters[0].error.find("master stalled") != std::string::npos) {
+      seen = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - frozen).count();
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  masters[0].thaw();
+  std::printf("frozen mid-backlog: stall row after %.0f ms (stall_timeout 500 ms): %s\n", seen,
+              last.masters[0].error.c_str());
+  EXPECT_GT(seen, 0) << format_result(last);
+  EXPECT_LT(seen, 3000) << format_result(last);
+}
 }  // namespace
 }  // namespace redlock::testing

@@ -250,6 +250,8 @@ class Connection {
   [[nodiscard]] std::size_t unread_bytes() const noexcept;
   // A stall check that found unread bytes looks again this much later (after the loop reads).
   static constexpr std::uint64_t kStallRecheckNs = 1'000'000;
+  // However often the master answers, its oldest command waits at most this many stall_timeouts.
+  static constexpr std::uint64_t kStallWaitFactor = 8;
   void recheck_permissions();  // permission_refused()'s reconnect, once nothing is outstanding
   void close_socket();
   // The one write path: 0, or a libuv error with nothing queued (close() ignores it).
