@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "detail/event_loop.h"
+#include "detail/release_room.h"
 #include "detail/reply_reader.h"
 #include "detail/ring_queue.h"
 #include "detail/server_info.h"
@@ -102,8 +103,10 @@ class Connection {
   // both bounds, so that the release of a SET accepted just below them is not refused.
   // `sent_ns` (on now_ns(); 0: now) is when the sender took the time of sending, for the stall
   // check: a round sending to every master reads the clock once, not once per master.
+  // `covered`: a failed acquire attempt's release, held to the commands bound alone: its bytes
+  // are bounded by the room its attempt reserved (detail/release_room.h).
   bool send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag,
-            std::uint64_t late_after_ns = 0, bool release = false, std::uint64_t sent_ns = 0);
+            std::uint64_t late_after_ns = 0, bool release = false, std::uint64_t sent_ns = 0, bool covered = false);
 
   // A subscriber connection (ConnectionOptions::on_push): queues one command whose answer
   // comes through on_push. False when not ready or over the unsent-bytes bound.
@@ -187,8 +190,10 @@ class Connection {
   // connection is dropped. The engine answers a master's KeyUpdate request on its own; a master
   // that keeps asking and never reads would otherwise make the answers pile up without end (an
   // idle connection has no command whose stall would end it). Commands alone stay below
-  // kMaxUnsentBytes * kReleaseReserveFactor; the rest is room for records of the engine's own.
-  static constexpr std::size_t kMaxUnsentTlsBytes = kMaxUnsentBytes * (kReleaseReserveFactor + 1);
+  // kMaxUnsentBytes * kReleaseReserveFactor plus the releases of failed attempts (bounded by
+  // ReleaseRoom::kMaxBytes); the rest is room for records of the engine's own.
+  static constexpr std::size_t kMaxUnsentTlsBytes =
+      kMaxUnsentBytes * (kReleaseReserveFactor + 1) + ReleaseRoom::kMaxBytes;
   // Backlog above which late commands give up their sinks; below it a late reply still
   // reaches its sender (a late grant then strengthens its lock).
   static constexpr std::size_t kKeepLateSinksUpTo = 256;
