@@ -442,9 +442,11 @@ bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink,
   // longer; each write of a SET may have cost some 250 bytes more). But the SETs the socket took
   // no longer count, and the releases of a burst's attempts that reach their deadline together
   // came to more than the reserve (review 58): a failed attempt's release (`covered`) is held
-  // to the count alone, its bytes bounded by the room its attempt reserved (ReleaseRoom).
+  // to the count alone, its bytes bounded by the room its attempt reserved (ReleaseRoom). Not
+  // over TLS (kMaxUnsentTlsBytes).
   if (const std::size_t unsent = release ? unsent_bytes() : backlog_cost();
-      !(release && (closing_ || covered)) && unsent + encoded.size() > kMaxUnsentBytes * factor) {
+      !(release && (closing_ || (covered && options_.tls == nullptr))) &&
+      unsent + encoded.size() > kMaxUnsentBytes * factor) {
     last_error_ = "backlog of " + std::to_string(unsent) + " bytes the master has not read (over " +
                   std::to_string(kMaxUnsentBytes * factor) + ")";
     return false;
