@@ -96,8 +96,8 @@ ClientImpl::ClientImpl(ClientOptions options)
       loop_(std::make_unique<EventLoop>(options_.loop)),
       deadlines_(*loop_),
       masters_(*loop_, options_, endpoints_, commands_, diagnostics_, tls_.get()),
-      round_context_{*loop_,     masters_,       commands_, diagnostics_, *clock_, options_.command_timeout,
-                     deadlines_, command_buffer_},
+      round_context_{*loop_,     masters_,      commands_,      diagnostics_, *clock_, options_.command_timeout,
+                     deadlines_, release_room_, command_buffer_},
       watch_(*loop_, options_, endpoints_, tls_.get(), masters_,
              [this](const std::string& key, bool lost) { on_release_announced(key, lost); }) {
   // Connections are created on the loop thread: they register with the loop, which is
@@ -401,7 +401,10 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
   if (round.kind() == RoundKind::acquire || round.kind() == RoundKind::fence) {
     op->acquire().attempt_token = round.take_token();
   }
-  if (round.kind() == RoundKind::acquire) op->acquire().attempt_never_sent = round.never_sent();
+  if (round.kind() == RoundKind::acquire) {
+    op->acquire().attempt_never_sent = round.never_sent();
+    op->acquire().attempt_room = round.take_room();
+  }
   Result result;
   result.masters = round.take_masters();
   result.attempts = op->attempts;
@@ -604,6 +607,7 @@ void ClientImpl::grant(const std::shared_ptr<Operation>& op, std::chrono::steady
     lock.resource = std::move(acquire.resource);
     lock.key = op->key;
     lock.token = std::move(acquire.attempt_token);
+    acquire.attempt_room.reset();  // no release of the attempt: the lock's own has its reserve
     lock.fence = fence;
     LockAccess::set_state(lock, std::move(state));  // granted_by and owner set at the decision
   } else {
@@ -1041,8 +1045,8 @@ std::shared_ptr<LockState> ClientImpl::make_lock_state(std::size_t masters) cons
   return std::allocate_shared<LockState>(PoolAllocator<LockState>(lock_states_pool_), masters);
 }
 
-void ClientImpl::release_failed_attempt(const Operation& attempt) {
-  const AcquirePart& acquire = attempt.acquire();
+void ClientImpl::release_failed_attempt(Operation& attempt) {
+  AcquirePart& acquire = attempt.acquire();
   auto op = make_operation();
   op->id = next_id_.fetch_add(1, std::memory_order_relaxed);
   op->key = attempt.key;
@@ -1050,6 +1054,7 @@ void ClientImpl::release_failed_attempt(const Operation& attempt) {
   op->part = ReleasePart{acquire.attempt_token, true, attempt.ttl, acquire.attempt_never_sent, {}};
   operations_.emplace(op->id, op);
   send_round(op, RoundKind::release);
+  acquire.attempt_room.reset();  // queued (held to the commands bound alone: Connection::send's `covered`)
 }
 
 void ClientImpl::cancel(OperationId id) {
@@ -1067,7 +1072,10 @@ void ClientImpl::cancel(OperationId id) {
   } else if (op->round && !op->round->decided()) {
     op->round->close();
     result.masters = op->round->take_masters();
-    if (op->round->kind() == RoundKind::acquire) acquire.attempt_never_sent = op->round->never_sent();
+    if (op->round->kind() == RoundKind::acquire) {
+      acquire.attempt_never_sent = op->round->never_sent();
+      acquire.attempt_room = op->round->take_room();
+    }
     acquire.attempt_token = op->round->take_token();
     release_failed_attempt(*op);
   }

@@ -78,9 +78,9 @@ std::size_t MasterSet::ready_count() const noexcept {
 }
 
 bool MasterSet::send(std::uint32_t index, std::string_view encoded, std::shared_ptr<ReplySink> sink,
-                     std::uint64_t late_after_ns, bool release, std::uint64_t sent_ns) {
+                     std::uint64_t late_after_ns, bool release, std::uint64_t sent_ns, bool covered) {
   if (index >= connections_.size()) return false;
-  return connections_[index]->send(encoded, std::move(sink), index, late_after_ns, release, sent_ns);
+  return connections_[index]->send(encoded, std::move(sink), index, late_after_ns, release, sent_ns, covered);
 }
 
 void MasterSet::owe_release(std::uint32_t index, std::string encoded, std::uint64_t until_ns, bool soon) {

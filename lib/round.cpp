@@ -63,11 +63,24 @@ void Round::start() {
   MasterSet& masters = context_.masters;
   std::string own;
   std::string& command = claim_command_buffer(own);
+  if (args_.kind == RoundKind::acquire) {
+    // The room its release will take (ReleaseRoom), encoded as it would be sent.
+    context_.commands.release(command, args_.key, args_.token, false);
+    const std::size_t bytes = command.size();
+    command.clear();
+    room_ = context_.release_room.take(bytes);
+    if (!room_) {
+      refuse_for_room(bytes);
+      return;
+    }
+  }
   // An acquire checking the keyspace mark is encoded for each master (each has its own id).
   const bool per_master = marked();
   if (!per_master) context_.commands.append(command, args_, false);
   const std::uint64_t late_after = late_after_ns();
   const bool release = args_.kind == RoundKind::release;
+  // A failed attempt's release (hear_everyone_): its attempt's room covers it (ReleaseRoom).
+  const bool covered = release && hear_everyone_;
   // A master whose user may not run the lock paths is never sent a SET, an extend or a
   // fenced acquire (a grant there could not be released). A release still goes: it can only
   // remove our own token, and the ACL may allow it.
@@ -87,7 +100,7 @@ void Round::start() {
       continue;
     }
     if (per_master) encode_for(i, command, false);
-    if (!masters.send(i, command, self, late_after, release, sent_ns_)) {
+    if (!masters.send(i, command, self, late_after, release, sent_ns_, covered)) {
       record(i, MasterStatus::not_connected, masters.last_error(i));
       never_sent_ |= bit;
       if (release) owe_release(i, masters.ready(i));  // ready: refused by its backlog, and no on_ready will come
@@ -99,6 +112,20 @@ void Round::start() {
   command.clear();  // free again (the capacity stays)
   evaluate();
   if (!decided_) deadlines_.add(*this);
+}
+
+// No room for this attempt's release (ReleaseRoom): its SET goes nowhere, and the round fails
+// at once.
+void Round::refuse_for_room(std::size_t bytes) {
+  const std::string why = "not sent: the releases of this Client's acquires in flight take " +
+                          std::to_string(context_.release_room.reserved()) + " bytes, and this one's " +
+                          std::to_string(bytes) + " more would pass the bound of " +
+                          std::to_string(ReleaseRoom::kMaxBytes) + " (too many acquires at once)";
+  for (std::uint32_t i = 0; i < masters_.size(); ++i) {
+    record(i, MasterStatus::not_connected, why);
+    never_sent_ |= std::uint64_t{1} << i;
+  }
+  evaluate();
 }
 
 void Round::close() {
@@ -329,7 +356,8 @@ void Round::resend_with_eval(std::uint32_t index) {
   // A resend after the decision (a release's NOSCRIPT) is late from the start: under a
   // backlog it may be dropped like any late command.
   const bool release = args_.kind == RoundKind::release;
-  const bool sent = context_.masters.send(index, command, shared_from_this(), late_after_ns(), release);
+  const bool sent =
+      context_.masters.send(index, command, shared_from_this(), late_after_ns(), release, 0, release && hear_everyone_);
   command.clear();
   if (!sent && release) owe_release(index, context_.masters.ready(index));  // as in start()
   if (!sent && !decided_ && masters_[index].status == MasterStatus::pending) {

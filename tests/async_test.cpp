@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "detail/release_room.h"
 #include "detail/uv_loop_close.h"
 #include "test_util.h"
 
@@ -877,6 +878,118 @@ TEST(AsyncTest, SyncCallsFromAnotherThreadWorkWithACallersLoop) {
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   EXPECT_EQ(detail::close_uv_loop(&loop), 0);
+}
+
+// A burst of `burst` acquires (names of `name_size` bytes or more) on a live Client whose rounds
+// all reach their deadline in one pass of the loop, their SETs taken by the masters' sockets
+// long before. The masters are paused (CLIENT PAUSE: they read every command and answer none)
+// and the caller's loop is not run past the deadlines. Every key left must be a grant, every
+// callback answered once, no warning given; returns how many attempts were refused for want of
+// room for their releases (ReleaseRoom). A slow machine sends fewer: the burst stops while the
+// pause can still cover every round's deadline, and at least `at_least` must have been sent.
+std::size_t burst_timed_out_together(int burst, int batch, std::size_t name_size, int at_least) {
+  RedisServerGroup masters(3);
+  uv_loop_t loop;
+  EXPECT_EQ(uv_loop_init(&loop), 0);
+  std::set<std::string> granted;
+  int answered = 0;
+  int sent = 0;
+  std::size_t refused_for_room = 0;
+  std::string refusal;
+  std::vector<std::string> warnings;
+  const std::string padding(name_size, 'n');
+  {
+    auto options = lasting_options(masters, &loop);
+    options.command_timeout = 700ms;
+    // Not the stall check's test: a slow machine's loop, busy with the burst, must not drop the
+    // connections (and the releases queued on them) meanwhile.
+    options.stall_timeout = 20s;
+    options.on_warning = [&](const std::string& warning) { warnings.push_back(warning); };
+    Client client(options);
+    run_until_all_connected(client, loop);
+    // Paused while the burst is sent: the masters take every SET and answer none yet, so no
+    // round is decided before its deadline (a slower send only makes fewer attempts fail).
+    const auto paused_at = std::chrono::steady_clock::now();
+    constexpr auto kPause = 10000ms;  // (CLIENT UNPAUSE would wait for it too)
+    for (std::size_t i = 0; i < masters.size(); ++i) {
+      masters[i].command({"CLIENT", "PAUSE", std::to_string(kPause.count()), "ALL"});
+    }
+    const auto stop_sending = paused_at + kPause - options.command_timeout - 1s;
+    for (int i = 0; i < burst && std::chrono::steady_clock::now() < stop_sending; ++i, ++sent) {
+      AcquireOptions plain;
+      plain.retry_count = 0;
+      client.acquire_async(
+          "burst-" + std::to_string(i) + padding,
+          [&](Result result) {
+            if (result.lock) granted.insert(result.lock->token);
+            ++answered;
+            if (!result.masters.empty() && result.masters[0].error.find("too many acquires") != std::string::npos) {
+              ++refused_for_room;
+              refusal = result.masters[0].error;
+            }
+          },
+          plain);
+      if ((i + 1) % batch == 0) {
+        uv_run(&loop, UV_RUN_NOWAIT);  // begins them
+        uv_run(&loop, UV_RUN_NOWAIT);  // writes their SETs
+      }
+    }
+    // Past every round's deadline, the loop not run meanwhile: one pass times every round out,
+    // and queues its release (the masters' answers wait unread: a loop runs its timers first).
+    std::this_thread::sleep_for(options.command_timeout + 50ms);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    // The releases answered once the pause is over, and any owed sent again (after command_timeout).
+    const auto settle =
+        std::max(std::chrono::steady_clock::now() + options.command_timeout + 300ms, paused_at + kPause + 500ms);
+    while (std::chrono::steady_clock::now() < settle) {
+      uv_run(&loop, UV_RUN_NOWAIT);
+      std::this_thread::sleep_for(1ms);
+    }
+    EXPECT_EQ(answered, sent);
+    EXPECT_GE(sent, at_least) << "too few attempts sent in time to put it to the test";
+    EXPECT_GT(sent - static_cast<int>(granted.size()), sent / 2) << "too few attempts failed to put it to the test";
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_EQ(detail::close_uv_loop(&loop), 0);
+  const auto left = [&] {
+    std::vector<std::size_t> per_master(masters.size(), 0);
+    for (std::size_t i = 0; i < masters.size(); ++i) {
+      const Reply values = masters[i].command(
+          {"EVAL",
+           "local r = {} for _, k in ipairs(redis.call('KEYS', ARGV[1])) do r[#r + 1] = redis.call('GET', k) end "
+           "return r",
+           "0", "redlock:burst-*"});
+      for (const auto& value : values.elements) {
+        if (granted.count(value.str) == 0) ++per_master[i];
+      }
+    }
+    return per_master;
+  };
+  const std::vector<std::size_t> none(masters.size(), 0);
+  EXPECT_TRUE(eventually([&] { return left() == none; }, 2s))
+      << ::testing::PrintToString(left()) << " keys of failed attempts left on the masters (" << granted.size()
+      << " granted, " << refused_for_room << " refused for room)";
+  for (const auto& warning : warnings) ADD_FAILURE() << warning;
+  if (refused_for_room > 0) {
+    EXPECT_NE(refusal.find("bound of " + std::to_string(detail::ReleaseRoom::kMaxBytes)), std::string::npos) << refusal;
+  }
+  return refused_for_room;
+}
+
+// Review 58: 13,710 to 56,994 keys of failed attempts left on every master with bursts of
+// 30,000 to 100,000 and a 500 ms deadline. A SET the socket took no longer counted against the
+// backlog's bytes bound, so the releases queued in that one pass came to more than the release
+// reserve (3 MiB: about 5,700 releases of 200-byte names), and past the 1,024 releases owed to
+// a master the rest were dropped. Each attempt reserves its release's room; none is refused for
+// it at 12,000 such names (about 6.6 of the 8 MiB).
+TEST(AsyncTest, TheReleasesOfABurstOfAttemptsTimedOutTogetherAllHaveRoom) {
+  EXPECT_EQ(burst_timed_out_together(12000, 1500, 200, 8000), 0u);
+}
+
+// Past the room (8 MiB of releases: about 3,700 attempts of 1,000-byte names in flight), an
+// attempt is not sent, and fails at once saying so; what went in is all released.
+TEST(AsyncTest, AttemptsPastTheRoomForTheirReleasesFailAtOnceAndLeaveNoKey) {
+  EXPECT_GT(burst_timed_out_together(6000, 400, 1000, 4500), 0u);
 }
 
 }  // namespace

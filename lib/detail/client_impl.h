@@ -176,7 +176,7 @@ class ClientImpl {
   void call_back(const Callback& done, Result&& result) noexcept;
   // The library's own release of a failed or cancelled acquire attempt (its key, token, ttl
   // and the masters never sent its SET: AcquirePart::attempt_never_sent).
-  void release_failed_attempt(const Operation& attempt);
+  void release_failed_attempt(Operation& attempt);
   void warn_failed_release(const Operation& op, const Result& result) const;
   void cancel(OperationId id);
   void shutdown();
@@ -209,6 +209,7 @@ class ClientImpl {
   // Where rounds are made (detail/pool_allocator.h): a round costs no heap allocation once
   // the cache has seen as many in flight at once (up to kCachedBlocks).
   const std::shared_ptr<std::pmr::memory_resource> rounds_memory_ = std::make_shared<BlockCache>(kCachedBlocks);
+  ReleaseRoom release_room_;  // loop thread: RoundContext::release_room
   RoundContext round_context_;
   ReleaseWatch watch_;  // release notifications for this Client's waiters
   std::atomic<OperationId> next_id_{1};

@@ -102,8 +102,12 @@ class Connection {
   // both bounds, so that the release of a SET accepted just below them is not refused.
   // `sent_ns` (on now_ns(); 0: now) is when the sender took the time of sending, for the stall
   // check: a round sending to every master reads the clock once, not once per master.
+  // `covered`: a failed acquire attempt's release, held to the commands bound alone on a plain
+  // connection: its bytes are bounded by the room its attempt reserved (detail/release_room.h).
+  // Not over TLS, where all unsent bytes together are held below kMaxUnsentTlsBytes (past it
+  // the connection is dropped): there the release reserve holds it, as any release.
   bool send(std::string_view encoded, std::shared_ptr<ReplySink> sink, std::uint32_t tag,
-            std::uint64_t late_after_ns = 0, bool release = false, std::uint64_t sent_ns = 0);
+            std::uint64_t late_after_ns = 0, bool release = false, std::uint64_t sent_ns = 0, bool covered = false);
 
   // A subscriber connection (ConnectionOptions::on_push): queues one command whose answer
   // comes through on_push. False when not ready or over the unsent-bytes bound.
@@ -187,7 +191,8 @@ class Connection {
   // connection is dropped. The engine answers a master's KeyUpdate request on its own; a master
   // that keeps asking and never reads would otherwise make the answers pile up without end (an
   // idle connection has no command whose stall would end it). Commands alone stay below
-  // kMaxUnsentBytes * kReleaseReserveFactor; the rest is room for records of the engine's own.
+  // kMaxUnsentBytes * kReleaseReserveFactor (a failed attempt's release too: `covered` holds
+  // only on plain connections); the rest is room for records of the engine's own.
   static constexpr std::size_t kMaxUnsentTlsBytes = kMaxUnsentBytes * (kReleaseReserveFactor + 1);
   // Backlog above which late commands give up their sinks; below it a late reply still
   // reaches its sender (a late grant then strengthens its lock).

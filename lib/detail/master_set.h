@@ -63,7 +63,7 @@ class MasterSet {
   // Connection::send to master `index`; false (with last_error) when it cannot be queued,
   // also before start() or after close().
   bool send(std::uint32_t index, std::string_view encoded, std::shared_ptr<ReplySink> sink,
-            std::uint64_t late_after_ns = 0, bool release = false, std::uint64_t sent_ns = 0);
+            std::uint64_t late_after_ns = 0, bool release = false, std::uint64_t sent_ns = 0, bool covered = false);
   [[nodiscard]] const std::string& last_error(std::uint32_t index) const;
   // A release master `index`'s connection refused or lost: sent again when it is ready
   // (OwedReleases). `encoded` is EVAL-encoded; `until_ns` on now_ns().

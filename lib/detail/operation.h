@@ -15,6 +15,7 @@
 #include "detail/event_loop.h"
 #include "detail/lock_state.h"
 #include "detail/quorum.h"
+#include "detail/release_room.h"
 #include "redlock/client.h"
 
 namespace redlock::detail {
@@ -34,6 +35,9 @@ struct AcquirePart {
   std::string resource;
   std::string attempt_token;             // fresh per attempt; in its round while in flight
   std::uint64_t attempt_never_sent = 0;  // the attempt's Round::never_sent (taken with its token)
+  // The attempt's release's room (Round::take_room): held until its release is queued or it
+  // is granted.
+  ReleaseRoom::Ticket attempt_room;
   bool fencing = false;
   std::optional<std::string> refused;    // a bad AcquireOptions value: begin() refuses the call
   int retries_left = 0;                  // -1: unlimited

@@ -26,6 +26,7 @@
 #include "detail/lock_commands.h"
 #include "detail/lock_state.h"
 #include "detail/quorum.h"
+#include "detail/release_room.h"
 #include "detail/small_array.h"
 #include "redlock/clock.h"
 #include "redlock/result.h"
@@ -86,6 +87,7 @@ struct RoundContext {
   const Clock& clock;  // the validity clock (detail/loop_time.h)
   std::chrono::milliseconds command_timeout;
   RoundDeadlines& deadlines;  // the Client's (RoundDeadlines)
+  ReleaseRoom& release_room;  // the Client's: an acquire reserves its release's bytes
   // Where a round encodes its command before handing the bytes to each connection: one
   // buffer for every round of the Client, so encoding allocates nothing once it has grown.
   std::string& command_buffer;
@@ -152,6 +154,10 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   // The masters (bit i: master i) whose connection took the command in start(): written, or
   // held for a handshake (MasterSet::ready_set tells which were written at ~Client).
   [[nodiscard]] std::uint64_t handed_over() const noexcept { return handed_over_; }
+  // Acquire: the room its release's bytes took in start() (ReleaseRoom), for its operation to
+  // hold until the release is queued or the attempt granted; empty once taken, or when there
+  // was no room (then the SET was sent nowhere).
+  [[nodiscard]] ReleaseRoom::Ticket take_room() noexcept { return std::move(room_); }
 
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) override;
 
@@ -169,6 +175,7 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   [[nodiscard]] std::string& claim_command_buffer(std::string& own) const noexcept;
   void resend_with_eval(std::uint32_t index);
   void owe_release(std::uint32_t index, bool soon = false);
+  void refuse_for_room(std::size_t bytes);
 
   const RoundContext& context_;
   RoundDeadlines& deadlines_;  // context_.deadlines, kept for the destructor
@@ -199,6 +206,7 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   std::uint64_t never_sent_ = 0;        // see never_sent()
   std::uint64_t not_run_ = 0;           // see not_run()
   std::uint64_t handed_over_ = 0;       // see handed_over()
+  ReleaseRoom::Ticket room_;            // see take_room()
   bool decided_ = false;
   // RoundDeadlines' list (in it from start() until close()).
   bool queued_ = false;
