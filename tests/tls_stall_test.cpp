@@ -4,7 +4,6 @@
 // key updates, 30 at a time (OpenSSL refuses more than 32 in a row), one byte of the reply
 // between them. Bytes wait in the socket at most stall checks, which then look again 1 ms later.
 #include <gtest/gtest.h>
-
 #include <netinet/in.h>
 #include <openssl/ssl.h>
 #include <poll.h>
@@ -13,8 +12,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -29,7 +28,7 @@ namespace redlock::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-class StallTlsReviewTest : public TlsTestBase {};
+class TlsStallTest : public TlsTestBase {};
 
 double cpu_seconds() {
   rusage usage{};
@@ -38,7 +37,7 @@ double cpu_seconds() {
          static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
-TEST_F(StallTlsReviewTest, RecordsThatDecryptToAlmostNothingDoNotHoldAStalledMasterForever) {
+TEST_F(TlsStallTest, RecordsThatDecryptToAlmostNothingDoNotHoldAStalledMasterForever) {
   std::signal(SIGPIPE, SIG_IGN);  // the client hangs up while the master writes
   const LoopbackListener listener("key update trickle");
   std::atomic<long> updates{0};
@@ -88,9 +87,10 @@ TEST_F(StallTlsReviewTest, RecordsThatDecryptToAlmostNothingDoNotHoldAStalledMas
     while (!hung_up.load() && Clock::now() - start < 20s) std::this_thread::sleep_for(50ms);
     stop = true;
     const double held = std::chrono::duration<double>((hung_up ? hung_up_at : Clock::now()) - start).count();
-    std::printf("TLS trickle: connection held %.2f s (stall_timeout 0.3 s), %ld key updates, %ld plaintext bytes, "
-                "CPU %.2f s, server saw the hang-up: %d\n",
-                held, updates.load(), plaintext.load(), cpu_seconds() - cpu_before, hung_up.load() ? 1 : 0);
+    std::printf(
+        "TLS trickle: connection held %.2f s (stall_timeout 0.3 s), %ld key updates, %ld plaintext bytes, "
+        "CPU %.2f s, server saw the hang-up: %d\n",
+        held, updates.load(), plaintext.load(), cpu_seconds() - cpu_before, hung_up.load() ? 1 : 0);
     const Result after = client.acquire("after");
     std::printf("row: %s\n", after.masters.empty() ? "" : after.masters[0].error.c_str());
     EXPECT_LT(held, 3.0);

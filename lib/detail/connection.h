@@ -300,7 +300,7 @@ class Connection {
   EventLoop::TimerId connect_timer_ = 0;
   EventLoop::TimerId reconnect_timer_ = 0;
   EventLoop::TimerId stall_timer_ = 0;
-  bool looked_again_ = false;  // the stall check looked again for unread bytes since the last answer
+  bool looked_again_ = false;      // the stall check looked again for unread bytes since the last answer
   std::uint64_t answered_ns_ = 0;  // loop time of the last reply to a command read (the stall check)
   // permission_refused(): a reconnect to check again is wanted (for this socket), and the
   // earliest it may be made.

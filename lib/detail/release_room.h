@@ -33,8 +33,7 @@ class ReleaseRoom {
     Ticket() = default;
     Ticket(const Ticket&) = delete;
     Ticket& operator=(const Ticket&) = delete;
-    Ticket(Ticket&& other) noexcept
-        : reserved_(std::move(other.reserved_)), bytes_(std::exchange(other.bytes_, 0)) {}
+    Ticket(Ticket&& other) noexcept : reserved_(std::move(other.reserved_)), bytes_(std::exchange(other.bytes_, 0)) {}
     Ticket& operator=(Ticket&& other) noexcept {
       if (this != &other) {
         reset();
