@@ -900,7 +900,9 @@ std::size_t burst_timed_out_together(int burst, int batch, std::size_t name_size
   const std::string padding(name_size, 'n');
   {
     auto options = lasting_options(masters, &loop);
-    options.command_timeout = 700ms;
+    // Longer than sending the burst takes (under TSan, seconds): else the first rounds time out
+    // in the passes that write the later ones, and not all in one.
+    options.command_timeout = 4s;
     // Not the stall check's test: a slow machine's loop, busy with the burst, must not drop the
     // connections (and the releases queued on them) meanwhile.
     options.stall_timeout = 20s;
@@ -910,7 +912,7 @@ std::size_t burst_timed_out_together(int burst, int batch, std::size_t name_size
     // Paused while the burst is sent: the masters take every SET and answer none yet, so no
     // round is decided before its deadline (a slower send only makes fewer attempts fail).
     const auto paused_at = std::chrono::steady_clock::now();
-    constexpr auto kPause = 10000ms;  // (CLIENT UNPAUSE would wait for it too)
+    constexpr auto kPause = 12000ms;  // (CLIENT UNPAUSE would wait for it too)
     for (std::size_t i = 0; i < masters.size(); ++i) {
       masters[i].command({"CLIENT", "PAUSE", std::to_string(kPause.count()), "ALL"});
     }

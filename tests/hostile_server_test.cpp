@@ -726,14 +726,12 @@ TEST(HostileMasterTest, AMasterAnsweringSlowerThanAskedIsDroppedAsStalled) {
               secs, timeouts, stalled, last.masters[kHostile].error.c_str());
   EXPECT_GT(stalled, 0) << format_result(last);
 }
-}  // namespace
-}  // namespace redlock::testing
 
-namespace redlock::testing {
-namespace {
-// REVIEW 61: a master frozen (SIGSTOP) in the middle of a backlog is dropped about
-// stall_timeout after its last answer. Prints the time from the freeze to the first row
-// naming the stall.
+// Review 61: a master frozen (SIGSTOP) in the middle of a backlog is dropped about
+// stall_timeout after its last answer (1.1 to 1.5 s after the freeze here on a plain build:
+// replies already in the socket keep coming, and the loop, busy with the burst, runs the check
+// late; 3.0 s under TSan). Bounded by the oldest command's wait (8 x stall_timeout, 4 s) plus
+// the loop's lateness. Prints the time from the freeze to the first row naming the stall.
 TEST(HostileMasterTest, AMasterFrozenMidBacklogIsDroppedWithinStallTimeout) {
   RedisServerGroup masters(3);
   auto options = options_for(masters);
@@ -765,7 +763,7 @@ TEST(HostileMasterTest, AMasterFrozenMidBacklogIsDroppedWithinStallTimeout) {
   std::printf("frozen mid-backlog: stall row after %.0f ms (stall_timeout 500 ms): %s\n", seen,
               last.masters[0].error.c_str());
   EXPECT_GT(seen, 0) << format_result(last);
-  EXPECT_LT(seen, 3000) << format_result(last);
+  EXPECT_LT(seen, 6000) << format_result(last);
 }
 }  // namespace
 }  // namespace redlock::testing
