@@ -638,7 +638,7 @@ void Connection::check_stall() {
   // connections were dropped, and under a burst the releases of their SETs with them).
   // Once per silence: if the loop read those bytes and still no reply was whole, they were
   // not answers (over TLS, records that decrypt to nothing: review 61,
-  // StallTlsReviewTest.RecordsThatDecryptToAlmostNothingDoNotHoldAStalledMasterForever, held
+  // TlsStallTest.RecordsThatDecryptToAlmostNothingDoNotHoldAStalledMasterForever, held
   // 20 s at stall_timeout 300 ms, the check looking again every 1 ms).
   if (!looked_again_ && unread_bytes() > 0) {
     looked_again_ = true;
