@@ -754,8 +754,10 @@ TEST(AsyncTest, RepliesWaitingWhileTheLoopWasHeldAreNotAStall) {
   {
     auto options = options_for(masters);
     options.loop = &loop;
-    options.stall_timeout = 200ms;
-    options.command_timeout = 5s;  // (the round's deadline timer runs before the loop reads, too)
+    // Longer than the masters stay frozen below (else the stall check rightly drops them then:
+    // a CI run under load saw no key written), shorter than the loop is held after.
+    options.stall_timeout = 1s;
+    options.command_timeout = 10s;  // (the round's deadline timer runs before the loop reads, too)
     Client client(options);
     std::optional<Result> warm_up;  // (every connection ready)
     client.acquire_async("warm-up", [&](Result r) { warm_up = std::move(r); });
@@ -766,7 +768,8 @@ TEST(AsyncTest, RepliesWaitingWhileTheLoopWasHeldAreNotAStall) {
     // answered while the loop is not run.
     for (std::size_t i = 0; i < masters.size(); ++i) masters[i].freeze();
     client.acquire_async("held-loop", [&](Result r) { acquired = std::move(r); });
-    for (int pass = 0; pass < 50; ++pass) {
+    const auto frozen_until = std::chrono::steady_clock::now() + 100ms;
+    for (int pass = 0; pass < 3 || std::chrono::steady_clock::now() < frozen_until; ++pass) {
       uv_run(&loop, UV_RUN_NOWAIT);
       std::this_thread::sleep_for(1ms);
     }
@@ -774,7 +777,7 @@ TEST(AsyncTest, RepliesWaitingWhileTheLoopWasHeldAreNotAStall) {
     const auto on = [&](std::size_t i) { return get(masters[i], "redlock:held-loop").has_value(); };
     ASSERT_TRUE(eventually([&] { return on(0) && on(1) && on(2); }));
     ASSERT_FALSE(acquired.has_value());
-    std::this_thread::sleep_for(600ms);  // every reply is in its socket, unread, past stall_timeout
+    std::this_thread::sleep_for(2500ms);  // every reply is in its socket, unread, past stall_timeout
     while (!acquired) uv_run(&loop, UV_RUN_ONCE);
     EXPECT_EQ(acquired->outcome, Outcome::acquired) << format_result(*acquired);
     if (acquired->lock) {
