@@ -32,6 +32,7 @@ struct Connection::Socket {
   uv_timer_t* linger_timer = nullptr;  // set while lingering (Connection::linger)
   std::uint64_t linger_step_ms = 0;    // lingering: how long past the master's last answer
   std::uint64_t linger_end_ns = 0;     // lingering: never past this
+  bool reads_paused = false;           // Connection::pace_reads stopped reading until the next pass
   char read_buffer[64 * 1024];
 };
 
@@ -185,67 +186,82 @@ void Connection::on_connected(int status) {
     fail(uv_error("connect", status));
     return;
   }
-  auto* stream = reinterpret_cast<uv_stream_t*>(&socket_->tcp);
   uv_tcp_nodelay(&socket_->tcp, 1);
   uv_tcp_keepalive(&socket_->tcp, 1, 10);
-  if (options_.tls != nullptr) {
-    // Reads are sized to what the TLS engine may buffer; the buffer is reused for plaintext.
-    const int rc = uv_read_start(
-        stream,
-        [](uv_handle_t* handle, std::size_t, uv_buf_t* buf) {
-          auto* socket = static_cast<Socket*>(handle->data);
-          const std::size_t room = socket->owner != nullptr ? socket->owner->tls_read_room(sizeof(socket->read_buffer))
-                                                            : sizeof(socket->read_buffer);
-          *buf = uv_buf_init(socket->read_buffer, static_cast<unsigned>(room));
-        },
-        [](uv_stream_t* s, ssize_t nread, const uv_buf_t*) {
-          auto* socket = static_cast<Socket*>(s->data);
-          if (socket->owner == nullptr) {  // lingering: what comes is dropped, until the server's EOF
-            if (nread > 0) extend_linger(socket);
-            if (nread < 0) end_linger(socket);
-            return;
-          }
-          if (nread > 0) {
-            socket->owner->on_tls_read(socket->read_buffer, static_cast<std::size_t>(nread), sizeof(socket->read_buffer));
-          } else if (nread == UV_EOF) {
-            socket->owner->on_tls_eof(socket->read_buffer, sizeof(socket->read_buffer));
-          } else if (nread < 0) {
-            socket->owner->fail(uv_error("read", static_cast<int>(nread)));
-          }
-        });
-    if (rc < 0) {
-      fail(uv_error("read", rc));
-      return;
-    }
-    start_tls();  // our handshake starts once the TLS handshake is done (drain_tls)
-    return;
-  }
-  const int rc = uv_read_start(
-      stream,
-      [](uv_handle_t* handle, std::size_t, uv_buf_t* buf) {
-        auto* socket = static_cast<Socket*>(handle->data);
-        *buf = uv_buf_init(socket->read_buffer, sizeof(socket->read_buffer));
-      },
-      [](uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
-        auto* socket = static_cast<Socket*>(s->data);
-        if (socket->owner == nullptr) {  // lingering: what comes is dropped, until the server's EOF
-          if (nread > 0) extend_linger(socket);
-          if (nread < 0) end_linger(socket);
-          return;
-        }
-        if (nread > 0) {
-          socket->owner->on_read(buf->base, static_cast<std::size_t>(nread));
-        } else if (nread == UV_EOF) {
-          socket->owner->fail("connection closed by the server");
-        } else if (nread < 0) {
-          socket->owner->fail(uv_error("read", static_cast<int>(nread)));
-        }
-      });
-  if (rc < 0) {
+  if (const int rc = start_reading(*socket_); rc < 0) {
     fail(uv_error("read", rc));
     return;
   }
+  if (options_.tls != nullptr) {
+    start_tls();  // our handshake starts once the TLS handshake is done (drain_tls)
+    return;
+  }
   start_handshake();
+}
+
+// The one read path, plain and TLS. Reads are sized to what the TLS engine may buffer (the
+// whole buffer on a plain socket); the buffer is reused for plaintext. Lingering (owner null),
+// what comes is dropped until the server's EOF.
+int Connection::start_reading(Socket& socket) {
+  socket.reads_paused = false;
+  return uv_read_start(
+      reinterpret_cast<uv_stream_t*>(&socket.tcp),
+      [](uv_handle_t* handle, std::size_t, uv_buf_t* buf) {
+        auto* s = static_cast<Socket*>(handle->data);
+        const std::size_t room =
+            s->owner != nullptr ? s->owner->tls_read_room(sizeof(s->read_buffer)) : sizeof(s->read_buffer);
+        *buf = uv_buf_init(s->read_buffer, static_cast<unsigned>(room));
+      },
+      [](uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
+        auto* s = static_cast<Socket*>(stream->data);
+        if (s->owner == nullptr) {
+          if (nread > 0) extend_linger(s);
+          if (nread < 0) end_linger(s);
+          return;
+        }
+        if (nread > 0) {
+          s->owner->on_socket_read(static_cast<std::size_t>(nread));
+        } else if (nread == UV_EOF) {
+          if (s->owner->options_.tls != nullptr) {
+            s->owner->on_tls_eof(s->read_buffer, sizeof(s->read_buffer));
+          } else {
+            s->owner->fail("connection closed by the server");
+          }
+        } else if (nread < 0) {
+          s->owner->fail(uv_error("read", static_cast<int>(nread)));
+        }
+      });
+}
+
+void Connection::on_socket_read(std::size_t size) {
+  const auto generation = generation_;
+  const std::uint64_t began = now_ns();
+  if (options_.tls != nullptr) {
+    on_tls_read(socket_->read_buffer, size, sizeof(socket_->read_buffer));
+  } else {
+    on_read(socket_->read_buffer, size);
+  }
+  if (generation == generation_) pace_reads(began);
+}
+
+// libuv reads a socket up to 32 times in one pass while its reads come full, and timers run
+// only between passes. A master can make a read cost far more than its bytes: over TLS, 64 KiB
+// of key updates take tens of milliseconds to decrypt and bring no reply. Reading that costs
+// more than kUnansweredReadBudgetNs of the loop without a whole reply stops until the loop's
+// next pass: the stall check's look again, every other master's socket and every timer wait
+// one read at most, not a pass of 32 (TlsStallTest.AMasterSendingRecordsFasterThanTheyDecrypt
+// DoesNotHoldTheLoop: a pass of 1.2 s before). A master that answers is never paused.
+void Connection::pace_reads(std::uint64_t read_began) {
+  const std::uint64_t now = now_ns();
+  unanswered_read_ns_ = answered_ns_ >= read_began ? now - answered_ns_ : unanswered_read_ns_ + (now - read_began);
+  if (unanswered_read_ns_ < kUnansweredReadBudgetNs || socket_ == nullptr) return;
+  unanswered_read_ns_ = 0;
+  uv_read_stop(reinterpret_cast<uv_stream_t*>(&socket_->tcp));
+  socket_->reads_paused = true;
+  loop_.after_io([this, generation = generation_] {
+    if (generation != generation_ || socket_ == nullptr || !socket_->reads_paused) return;
+    if (const int rc = start_reading(*socket_); rc < 0) fail(uv_error("read", rc));
+  });
 }
 
 void Connection::start_handshake() {
@@ -735,6 +751,7 @@ void Connection::close_socket() {
   ++generation_;
   recheck_wanted_ = false;
   looked_again_ = false;
+  unanswered_read_ns_ = 0;
   for (auto* timer : {&connect_timer_, &stall_timer_, &recheck_timer_}) {
     if (*timer != 0) loop_.cancel(std::exchange(*timer, 0));
   }
@@ -809,6 +826,10 @@ void Connection::linger(std::unique_ptr<Socket, UvClose<Socket>> socket, std::ui
   uv_update_time(socket->tcp.loop);
   uv_timer_start(timer, on_linger_timer, socket->linger_step_ms, 0);
   Socket* const owned = socket.release();  // end_linger closes it
+  if (owned->reads_paused && start_reading(*owned) < 0) {  // (pace_reads): lingering reads to the EOF
+    end_linger(owned);
+    return;
+  }
   const int rc = uv_shutdown(&owned->shutdown_req, reinterpret_cast<uv_stream_t*>(&owned->tcp),
                              [](uv_shutdown_t* request, int status) {
                                if (status < 0 && status != UV_ECANCELED) {

@@ -239,6 +239,11 @@ class Connection {
   void flush_tls();
   // close(): what is left to say over TLS (queued commands, then a close_notify), encrypted.
   [[nodiscard]] std::string tls_goodbye();
+  static int start_reading(Socket& socket);  // 0, or a libuv error
+  void on_socket_read(std::size_t size);     // `size` bytes read into the socket's buffer
+  void pace_reads(std::uint64_t read_began);
+  // Reading may hold the loop this long without a whole reply before it waits for the next pass.
+  static constexpr std::uint64_t kUnansweredReadBudgetNs = 10'000'000;
   void on_read(const char* data, std::size_t size);
   [[nodiscard]] bool pushing() const noexcept { return options_.on_push && state_ == State::ready; }
   void deliver(Pending pending, const redisReply* reply);
@@ -302,6 +307,7 @@ class Connection {
   EventLoop::TimerId stall_timer_ = 0;
   bool looked_again_ = false;      // the stall check looked again for unread bytes since the last answer
   std::uint64_t answered_ns_ = 0;  // loop time of the last reply to a command read (the stall check)
+  std::uint64_t unanswered_read_ns_ = 0;  // loop time spent reading since then (pace_reads)
   // permission_refused(): a reconnect to check again is wanted (for this socket), and the
   // earliest it may be made.
   bool recheck_wanted_ = false;
