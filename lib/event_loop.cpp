@@ -281,6 +281,7 @@ void EventLoop::add_before_poll_hook(Task hook) { before_poll_.push_back(std::mo
 void EventLoop::on_prepare(uv_prepare_t* handle) {
   auto* self = static_cast<EventLoop*>(handle->data);
   self->note_loop_thread();
+  ++self->passes_;
   // By index: a hook can end in a user callback that closes the loop.
   for (std::size_t i = 0; i < self->before_poll_.size(); ++i) self->before_poll_[i]();
 }

@@ -75,6 +75,8 @@ class EventLoop {
   // Loop thread only. `hook` runs every iteration just before the loop waits for I/O; the
   // connections use it to write everything queued in this iteration in one syscall.
   void add_before_poll_hook(Task hook);
+  // Loop thread only. Counts the loop's passes (each poll for I/O begins a new one).
+  [[nodiscard]] std::uint64_t passes() const noexcept { return passes_; }
 
   // Own thread: waits until the loop thread has finished (after close() ran on it).
   void join();
@@ -145,6 +147,7 @@ class EventLoop {
   TimerId next_timer_id_ = 1;
   std::uint64_t armed_for_ = 0;  // deadline the uv timer is set for; 0 = not armed
   std::vector<Task> before_poll_;
+  std::uint64_t passes_ = 0;  // bumped before every poll (on_prepare)
   std::vector<Task> after_io_;
 
   std::thread thread_;  // last: started after everything above is ready
