@@ -242,8 +242,10 @@ class Connection {
   static int start_reading(Socket& socket);  // 0, or a libuv error
   void on_socket_read(std::size_t size);     // `size` bytes read into the socket's buffer
   void pace_reads(std::uint64_t read_began);
-  // Reading may hold one pass of the loop this long without a whole reply before it waits for the next.
-  static constexpr std::uint64_t kUnansweredReadBudgetNs = 10'000'000;
+  // Reading may hold one pass of the loop this long beyond what its replies paid for (this much
+  // each) before it waits for the next pass.
+  static constexpr std::uint64_t kReadBudgetNs = 10'000'000;
+  static constexpr std::uint64_t kReadCreditPerReplyNs = 1'000'000;
   void on_read(const char* data, std::size_t size);
   [[nodiscard]] bool pushing() const noexcept { return options_.on_push && state_ == State::ready; }
   void deliver(Pending pending, const redisReply* reply);
@@ -307,8 +309,11 @@ class Connection {
   EventLoop::TimerId stall_timer_ = 0;
   bool looked_again_ = false;      // the stall check looked again for unread bytes since the last answer
   std::uint64_t answered_ns_ = 0;  // loop time of the last reply to a command read (the stall check)
-  std::uint64_t unanswered_read_ns_ = 0;  // loop time spent reading since then, this pass (pace_reads)
-  std::uint64_t read_pass_ = 0;           // the loop's pass unanswered_read_ns_ counts in
+  // pace_reads: replies read since the last read's end, and the loop time this pass's reads have
+  // taken beyond what their replies paid for.
+  std::size_t replies_read_ = 0;
+  std::uint64_t read_debt_ns_ = 0;
+  std::uint64_t read_pass_ = 0;  // the loop's pass read_debt_ns_ counts in
   // permission_refused(): a reconnect to check again is wanted (for this socket), and the
   // earliest it may be made.
   bool recheck_wanted_ = false;
