@@ -253,7 +253,7 @@ void Connection::on_socket_read(std::size_t size) {
 // socket and every timer wait one read at most, not a pass of 32. TlsStallTest:
 // AMasterSendingRecordsFasterThanTheyDecryptDoesNotHoldTheLoop (no reply: passes of 1.2 to
 // 9.9 s before) and AMasterPaddingEveryAnswerWithKeyUpdatesDoesNotHoldTheLoop (a reply behind
-// every 5.4 KiB of key updates: passes of 412 to 695 ms when a reply reset the count). A
+// every 5.4 KiB of key updates: passes of 412 to 697 ms when a reply reset the count). A
 // master whose replies (with their callbacks) cost less than the credit is never paused; one
 // that pads each answer with less than the credit's worth of work still holds a pass for up
 // to 32 reads, as long as it has answers it owes us to give. (Counted across passes, review
