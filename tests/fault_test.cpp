@@ -224,7 +224,8 @@ TEST_F(FaultTest, AReleaseIsNotKeptForAMasterWhereItsSetMetBusy) {
   // here (plain and TSan; the 20 releases' own EVALSHAs are refused too, not counted), and 10
   // in one clean-clone CI run under TSan: a few resends still come, a release or two kept for
   // master 0 when the timing is slower (a race not found yet; harmless to the lock, the
-  // release deletes only its own token). The bound still catches every release kept.
+  // release deletes only its own token). The bound catches the bug's count (every release
+  // kept), not one or two releases kept.
   EXPECT_LT(std::stoll(stats.substr(rejected + 15)), 15) << "releases resent to a master where their SET never ran";
   EXPECT_EQ(with_key(masters_, "redlock:busy-spell"), 0u);
 }
