@@ -45,6 +45,42 @@ double cpu_seconds() {
          static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
+// One TLS connection accepted on `listener` (unless it is stopped first) with the test PKI's
+// server certificate, its socket's send buffer set to `send_buffer` if not 0. `ssl` is null if
+// anything failed; everything is freed with this.
+struct AcceptedTls {
+  AcceptedTls(const LoopbackListener& listener, const support::TestPki& pki, int send_buffer = 0) {
+    pollfd ready[2] = {{listener.fd(), POLLIN, 0}, {listener.stop_fd(), POLLIN, 0}};
+    if (::poll(ready, 2, 10'000) <= 0 || (ready[1].revents & POLLIN) != 0) return;
+    fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+    ctx = SSL_CTX_new(TLS_server_method());
+    if (fd < 0 || ctx == nullptr || SSL_CTX_use_certificate_chain_file(ctx, pki.server().cert_file.c_str()) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx, pki.server().key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
+      return;
+    }
+    SSL_CTX_set_num_tickets(ctx, 0);
+    if (send_buffer > 0) ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &send_buffer, sizeof(send_buffer));
+    SSL* accepting = SSL_new(ctx);
+    SSL_set_fd(accepting, fd);
+    if (SSL_accept(accepting) == 1) {
+      ssl = accepting;
+    } else {
+      SSL_free(accepting);
+    }
+  }
+  ~AcceptedTls() {
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+    if (fd >= 0) ::close(fd);
+  }
+  AcceptedTls(const AcceptedTls&) = delete;
+  AcceptedTls& operator=(const AcceptedTls&) = delete;
+
+  int fd = -1;
+  SSL_CTX* ctx = nullptr;
+  SSL* ssl = nullptr;  // the handshake done
+};
+
 // The hostile master, on its own thread: accepts one TLS connection, answers the first command
 // with the head of a reply that never ends, then key updates with a byte of it between them
 // until the client hangs up (or stop()). Written as they are made (one write per record), or
@@ -78,26 +114,15 @@ class KeyUpdateMaster {
 
  private:
   void serve() {
-    pollfd ready[2] = {{listener_.fd(), POLLIN, 0}, {listener_.stop_fd(), POLLIN, 0}};
-    if (::poll(ready, 2, 10'000) <= 0 || (ready[1].revents & POLLIN) != 0) return;
-    const int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
-    SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
-    SSL* ssl = nullptr;
-    if (fd >= 0 && ctx != nullptr && SSL_CTX_use_certificate_chain_file(ctx, pki_.server().cert_file.c_str()) == 1 &&
-        SSL_CTX_use_PrivateKey_file(ctx, pki_.server().key_file.c_str(), SSL_FILETYPE_PEM) == 1) {
-      SSL_CTX_set_num_tickets(ctx, 0);
-      ssl = SSL_new(ctx);
-      SSL_set_fd(ssl, fd);
-      if (SSL_accept(ssl) == 1) {
+    {
+      const AcceptedTls tls(listener_, pki_);
+      if (tls.ssl != nullptr) {
         accepted_ = true;
-        stream(ssl, fd);
+        stream(tls.ssl, tls.fd);
       }
     }
     hung_up_at_ = Clock::now();
     hung_up_ = true;
-    SSL_free(ssl);
-    SSL_CTX_free(ctx);
-    if (fd >= 0) ::close(fd);
   }
 
   void stream(SSL* ssl, int fd) {
@@ -269,32 +294,19 @@ class PaddingProxy {
   static constexpr int kUpdatesPerLine = 200;
 
   void serve() {
-    pollfd ready[2] = {{listener_.fd(), POLLIN, 0}, {listener_.stop_fd(), POLLIN, 0}};
-    if (::poll(ready, 2, 10'000) <= 0 || (ready[1].revents & POLLIN) != 0) return;
-    const int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+    // A small send buffer: the padded answers wait in this thread's write, which pushes them
+    // as fast as the client reads (in a 4 MiB socket buffer they trickled in between passes).
+    const AcceptedTls tls(listener_, pki_, 64 * 1024);
+    if (tls.ssl == nullptr) return;
     const int redis = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     address.sin_port = htons(redis_port_);
-    SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
-    SSL* ssl = nullptr;
-    if (fd >= 0 && redis >= 0 && ::connect(redis, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-        ctx != nullptr && SSL_CTX_use_certificate_chain_file(ctx, pki_.server().cert_file.c_str()) == 1 &&
-        SSL_CTX_use_PrivateKey_file(ctx, pki_.server().key_file.c_str(), SSL_FILETYPE_PEM) == 1) {
-      SSL_CTX_set_num_tickets(ctx, 0);
-      // A small send buffer: the padded answers wait in this thread's write, which pushes them
-      // as fast as the client reads (in a 4 MiB socket buffer they trickled in between passes).
-      const int send_buffer = 64 * 1024;
-      ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &send_buffer, sizeof(send_buffer));
-      ssl = SSL_new(ctx);
-      SSL_set_fd(ssl, fd);
-      if (SSL_accept(ssl) == 1) relay(ssl, fd, redis);
+    if (redis >= 0 && ::connect(redis, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+      relay(tls.ssl, tls.fd, redis);
     }
-    SSL_free(ssl);
-    SSL_CTX_free(ctx);
     if (redis >= 0) ::close(redis);
-    if (fd >= 0) ::close(fd);
   }
 
   // Client to server: decrypted as it comes. Server to client: each line padded, made in
