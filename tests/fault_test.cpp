@@ -220,13 +220,11 @@ TEST_F(FaultTest, AReleaseIsNotKeptForAMasterWhereItsSetMetBusy) {
   const auto line = stats.find("cmdstat_eval:");
   const auto rejected = line == std::string::npos ? std::string::npos : stats.find("rejected_calls=", line);
   ASSERT_NE(rejected, std::string::npos) << stats;
-  // Resends of releases kept for master 0 made 22 and 23 refused EVALs before. Since: 2 and 3
-  // here (plain and TSan; the 20 releases' own EVALSHAs are refused too, not counted), and 10
-  // in one clean-clone CI run under TSan: a few resends still come, a release or two kept for
-  // master 0 when the timing is slower (a race not found yet; harmless to the lock, the
-  // release deletes only its own token). The bound catches the bug's count (every release
-  // kept), not one or two releases kept.
-  EXPECT_LT(std::stoll(stats.substr(rejected + 15)), 15) << "releases resent to a master where their SET never ran";
+  // Resends of releases kept for master 0 made 22 and 23 refused EVALs before; 2 and 3 here
+  // since (plain and TSan; the 20 releases' own EVALSHAs are refused too, not counted). One
+  // clean-clone CI run under TSan counted 10 and failed: more resends come when the timing is
+  // slower, not explained yet (an open finding, not a reason to loosen the bound).
+  EXPECT_LT(std::stoll(stats.substr(rejected + 15)), 10) << "releases resent to a master where their SET never ran";
   EXPECT_EQ(with_key(masters_, "redlock:busy-spell"), 0u);
 }
 
