@@ -10,9 +10,9 @@
 #include <charconv>
 #include <limits>
 #include <optional>
-#include <random>
 #include <utility>
 
+#include "detail/backoff.h"
 #include "detail/commands.h"
 #include "detail/diagnostics.h"
 #include "detail/release_room.h"
@@ -63,15 +63,6 @@ bool parse_ip(const std::string& host, std::uint16_t port, sockaddr_storage& out
   if (uv_ip4_addr(host.c_str(), port, v4) == 0) return true;
   auto* v6 = reinterpret_cast<sockaddr_in6*>(&out);
   return uv_ip6_addr(host.c_str(), port, v6) == 0;
-}
-
-Milliseconds jittered(Milliseconds base) {
-  // +-25% so that many clients reconnecting to a restarted master do not arrive together.
-  thread_local std::minstd_rand rng{std::random_device{}()};
-  const auto spread = base.count() / 4;
-  if (spread <= 0) return base;
-  std::uniform_int_distribution<long> offset(-spread, spread);
-  return Milliseconds(base.count() + offset(rng));
 }
 
 }  // namespace
@@ -752,8 +743,7 @@ void Connection::fail_pending(const std::string& reason) {
 }
 
 void Connection::schedule_reconnect() {
-  backoff_ = backoff_.count() == 0 ? options_.reconnect_min
-                                   : std::min(backoff_ * 2, options_.reconnect_max);
+  backoff_ = next_backoff(backoff_, options_.reconnect_min, options_.reconnect_max);
   reconnect_timer_ = loop_.schedule_after(jittered(backoff_), [this] {
     reconnect_timer_ = 0;
     if (state_ == State::disconnected) connect();

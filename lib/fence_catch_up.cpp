@@ -6,11 +6,12 @@
 
 #include <algorithm>
 #include <charconv>
-#include <system_error>
 #include <memory>
+#include <system_error>
 #include <utility>
 #include <vector>
 
+#include "detail/backoff.h"
 #include "detail/event_loop.h"
 #include "detail/lock_commands.h"
 #include "detail/loop_time.h"
@@ -126,6 +127,7 @@ void FenceCatchUp::on_new_incarnation(std::uint32_t index) {
   ++state.generation;
   state.seen_ns = now_ns();
   state.ready = false;
+  state.backoff = Milliseconds{0};
   if (options_.fence_catch_up) {
     // Waits one command deadline first (docs/fencing.md, assumption A3).
     start(index);
@@ -177,10 +179,16 @@ void FenceCatchUp::finished(std::uint32_t index, std::uint32_t generation, bool 
   }
   if (raised) {
     state.ready = true;
+    state.backoff = Milliseconds{0};
     return;
   }
   if (masters_.closed()) return;
-  loop_.schedule_after(options_.reconnect_min, [this, index, generation] {
+  // Tried again with the reconnect backoff: a master answering BUSY or LOADING (for minutes,
+  // loading a large dataset) was tried every reconnect_min, each try reading the counter on
+  // every other master, by every Client of the fleet
+  // (FaultTest.AFencingCatchUpMeetingBusyIsTriedAgainWithTheReconnectBackoff).
+  state.backoff = next_backoff(state.backoff, options_.reconnect_min, options_.reconnect_max);
+  loop_.schedule_after(jittered(state.backoff), [this, index, generation] {
     if (masters_state_[index].generation == generation && !masters_state_[index].ready) start(index);
   });
 }

@@ -235,6 +235,33 @@ TEST_F(FaultTest, AReleaseIsNotKeptForAMasterWhereItsSetMetBusy) {
   EXPECT_EQ(with_key(masters_, "redlock:busy-spell"), 0u);
 }
 
+// The fencing counter's catch-up, failing on a master that answers BUSY, is tried again with
+// the reconnect backoff (reconnect_min doubling up to reconnect_max, jittered), not every
+// reconnect_min for as long as the spell lasts: each try also reads the counter on every other
+// master, and every Client of a fleet made them (51 raises refused in 1.6 s with
+// reconnect_min 20 ms, found by AReleaseIsNotKeptForAMasterWhereItsSetMetBusy). Counted by the
+// EVALs master 0 refused (the raise is an EVAL; nothing else sends one here).
+TEST_F(FaultTest, AFencingCatchUpMeetingBusyIsTriedAgainWithTheReconnectBackoff) {
+  auto options = options_for(masters_);
+  options.command_timeout = 100ms;  // the catch-up's first reads wait one after the handshake (A3)
+  options.reconnect_max = 1s;
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(5, 5s));
+  std::thread busy = make_busy(masters_[0]);
+  end_busy(masters_[0], busy, 800ms);  // under the 1 s that make_busy's EVAL waits for its reply
+  const std::string stats = masters_[0].command({"INFO", "commandstats"}).str;
+  const auto line = stats.find("cmdstat_eval:");
+  const auto rejected = line == std::string::npos ? std::string::npos : stats.find("rejected_calls=", line);
+  ASSERT_NE(rejected, std::string::npos) << stats;
+  const long long refused = std::stoll(stats.substr(rejected + 15));
+  ASSERT_GE(refused, 1) << "the catch-up was done before the spell began: nothing was measured";
+  // Some 700 ms of tries: about 30 every reconnect_min (20 ms); with the backoff (20, 40, 80,
+  // 160, 320 ms, each +-25%) 6, 7 at the most.
+  EXPECT_LE(refused, 10) << "the catch-up was tried again every reconnect_min";
+  EXPECT_TRUE(eventually([&] { return client.status().masters[0].fence_caught_up; }, 3s))
+      << "master 0's counter was not caught up after the spell";
+}
+
 // What is kept for one master whose connection is down is bounded: OwedReleases::
 // kMaxPerMaster (1024) releases; more are dropped with a warning, and their keys expire by
 // their ttl.

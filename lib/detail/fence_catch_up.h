@@ -48,6 +48,7 @@ class FenceCatchUp {
     bool running = false;
     std::uint32_t generation = 0;  // bumps with every incarnation the catch-up is told of
     std::uint64_t seen_ns = 0;     // loop time when it was told of the current one
+    Milliseconds backoff{0};       // the last wait after a failed try (detail/backoff.h); 0: none
   };
   void start(std::uint32_t index);
   void finished(std::uint32_t index, std::uint32_t generation, bool raised);
