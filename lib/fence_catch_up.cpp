@@ -128,6 +128,7 @@ void FenceCatchUp::on_new_incarnation(std::uint32_t index) {
   state.seen_ns = now_ns();
   state.ready = false;
   state.backoff = Milliseconds{0};
+  cancel_retry(state);  // the last incarnation's
   if (options_.fence_catch_up) {
     // Waits one command deadline first (docs/fencing.md, assumption A3).
     start(index);
@@ -160,14 +161,26 @@ void FenceCatchUp::start(std::uint32_t index) {
   // Every path into a catch-up (first sight, a restart during a catch-up, a retry) waits here.
   const std::uint64_t not_before = deadline_after(state.seen_ns, options_.command_timeout);
   if (now_ns() < not_before) {
-    const std::uint32_t generation = state.generation;
-    loop_.schedule_at(not_before, [this, index, generation] {
-      if (masters_state_[index].generation == generation) start(index);
-    });
+    retry_at(index, not_before);
     return;
   }
+  cancel_retry(state);  // this try replaces it
   state.running = true;
   std::make_shared<Attempt>(*this, index)->start();
+}
+
+void FenceCatchUp::retry_at(std::uint32_t index, std::uint64_t at) {
+  State& state = masters_state_[index];
+  cancel_retry(state);
+  state.retry_timer = loop_.schedule_at(at, [this, index, generation = state.generation] {
+    State& due = masters_state_[index];
+    due.retry_timer = 0;
+    if (due.generation == generation && !due.ready) start(index);
+  });
+}
+
+void FenceCatchUp::cancel_retry(State& state) {
+  if (state.retry_timer != 0) loop_.cancel(std::exchange(state.retry_timer, 0));
 }
 
 void FenceCatchUp::finished(std::uint32_t index, std::uint32_t generation, bool raised) {
@@ -188,9 +201,7 @@ void FenceCatchUp::finished(std::uint32_t index, std::uint32_t generation, bool 
   // every other master, by every Client of the fleet
   // (FaultTest.AFencingCatchUpMeetingBusyIsTriedAgainWithTheReconnectBackoff).
   state.backoff = next_backoff(state.backoff, options_.reconnect_min, options_.reconnect_max);
-  loop_.schedule_after(jittered(state.backoff), [this, index, generation] {
-    if (masters_state_[index].generation == generation && !masters_state_[index].ready) start(index);
-  });
+  retry_at(index, deadline_after(now_ns(), jittered(state.backoff)));
 }
 
 }  // namespace redlock::detail

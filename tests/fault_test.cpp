@@ -267,6 +267,38 @@ TEST_F(FaultTest, AFencingCatchUpMeetingBusyIsTriedAgainWithTheReconnectBackoff)
       << "master 0's counter was not caught up after the spell";
 }
 
+// One retry loop per master however often its connection comes back while its catch-up keeps
+// failing: a reconnect's try, made while a backoff timer was pending, left that timer running,
+// and each reconnect added a loop of tries for good (review 64: 35 GETs on master 3 in 3 s
+// after 10 reconnects of master 0, against 6 with none). Masters 1 and 2 are gone, so the
+// catch-ups of 0 and 4 cannot read enough others and keep failing; counted by the GETs on
+// master 3 (their reads of its counter, and the restart guard's mark read every second).
+TEST_F(FaultTest, ReconnectsDuringAFailingCatchUpDoNotAddRetryLoops) {
+  auto options = options_for(masters_);
+  options.reconnect_max = 1s;
+  masters_[1].kill();
+  masters_[2].kill();
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  std::this_thread::sleep_for(300ms);
+  for (int i = 0; i < 10; ++i) {
+    masters_[0].command({"CLIENT", "KILL", "TYPE", "normal"});  // (not this command's own connection)
+    std::this_thread::sleep_for(150ms);
+  }
+  std::this_thread::sleep_for(2s);  // every backoff at reconnect_max by now
+  const auto gets = [&] {
+    const std::string stats = masters_[3].command({"INFO", "commandstats"}).str;
+    const auto line = stats.find("cmdstat_get:");
+    return line == std::string::npos ? 0LL : std::stoll(stats.substr(stats.find("calls=", line) + 6));
+  };
+  const long long before = gets();
+  std::this_thread::sleep_for(3s);
+  const long long in_3s = gets() - before;
+  // One loop each for masters 0 and 4 (a try a second, +-25%) and the mark read: about 9.
+  EXPECT_LE(in_3s, 15) << "the reconnects added catch-up retry loops";
+  EXPECT_FALSE(client.status().masters[0].fence_caught_up) << "master 0 was caught up with two others gone";
+}
+
 // What is kept for one master whose connection is down is bounded: OwedReleases::
 // kMaxPerMaster (1024) releases; more are dropped with a warning, and their keys expire by
 // their ttl.

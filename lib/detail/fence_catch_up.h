@@ -49,8 +49,15 @@ class FenceCatchUp {
     std::uint32_t generation = 0;  // bumps with every incarnation the catch-up is told of
     std::uint64_t seen_ns = 0;     // loop time when it was told of the current one
     Milliseconds backoff{0};       // the last wait after a failed try (detail/backoff.h); 0: none
+    // The one timer that will call start() again (the A3 wait, or the backoff after a failed
+    // try); 0: none. One per master: a reconnect's start() while one was pending added a
+    // second retry loop for good, each reconnect another (review 64).
+    std::uint64_t retry_timer = 0;
   };
   void start(std::uint32_t index);
+  // Calls start(index) at `at` (loop time), replacing the master's pending retry, if any.
+  void retry_at(std::uint32_t index, std::uint64_t at);
+  void cancel_retry(State& state);
   void finished(std::uint32_t index, std::uint32_t generation, bool raised);
 
   MasterSet& masters_;
