@@ -3,9 +3,7 @@
 // minorities and majorities, and keys pre-seeded by another owner.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -147,23 +145,6 @@ std::thread make_busy(const RedisServer& server) {
   return busy;
 }
 
-// One field of one command's line in the server's INFO commandstats (command "eval", field
-// "rejected_calls"): 0 when the command has not run since the server started; nullopt when the
-// reply is not the statistics (an error, such as BUSY) or the line has no such field.
-std::optional<long long> command_stat(const RedisServer& server, const std::string& command, const std::string& field) {
-  const Reply reply = server.command({"INFO", "commandstats"});
-  if (reply.type != Reply::Type::string || reply.str.find("# Commandstats") == std::string::npos) return std::nullopt;
-  const auto begin = reply.str.find("cmdstat_" + command + ":");
-  if (begin == std::string::npos) return 0;
-  const std::string line = reply.str.substr(begin, reply.str.find('\n', begin) - begin);
-  for (const char before : {':', ','}) {
-    if (const auto at = line.find(before + field + "="); at != std::string::npos) {
-      return std::stoll(line.substr(at + field.size() + 2));
-    }
-  }
-  return std::nullopt;
-}
-
 // Ends make_busy's script after `after` (the releases kept meanwhile are sent again, and BUSY
 // again), joins its thread and waits until the master answers again. (make_busy's EVAL gives
 // up waiting after 1 s, so after a longer spell the join does not wait for the script's end,
@@ -236,11 +217,7 @@ TEST_F(FaultTest, AReleaseIsNotKeptForAMasterWhereItsSetMetBusy) {
   options.ttl = 30s;
   Client client(options);
   ASSERT_TRUE(client.wait_connected(5, 5s));
-  ASSERT_TRUE(eventually([&] {
-    const FleetStatus status = client.status();
-    return std::all_of(status.masters.begin(), status.masters.end(),
-                       [](const MasterReport& master) { return master.fence_caught_up; });
-  })) << "the fencing counters were not caught up";
+  ASSERT_TRUE(eventually([&] { return every_fence_caught_up(client); })) << "the fencing counters were not caught up";
   std::thread busy = make_busy(masters_[0]);
   for (int i = 0; i < 20; ++i) {
     const Result held = client.acquire("busy-spell");

@@ -78,11 +78,8 @@ void warm_up_fenced(Client& client, std::size_t n) {
   const Result warm_up = client.acquire("warm-up", fenced());
   ASSERT_TRUE(warm_up) << format_result(warm_up);
   client.release(*warm_up.lock);
-  ASSERT_TRUE(eventually([&] {
-    const FleetStatus status = client.status();
-    return std::all_of(status.masters.begin(), status.masters.end(),
-                       [](const MasterReport& master) { return master.fence_caught_up; });
-  })) << "not every master's fencing counter was caught up";
+  ASSERT_TRUE(eventually([&] { return every_fence_caught_up(client); }))
+      << "not every master's fencing counter was caught up";
 }
 
 TEST(FencingRounds, AFrozenMinorityDoesNotStopTokens) {

@@ -87,14 +87,36 @@ class ForkedChildren {
   std::vector<pid_t> pids_;
 };
 
-// The master's own count of calls of `command` (lower case, as INFO commandstats names it:
-// "evalsha" counts every extend, release and waiting retry of the library, "set" first attempts).
+// One field of one command's line in the master's INFO commandstats (`command` in lower case,
+// as INFO names it; field "calls", "rejected_calls", ...): 0 when the command has not run since
+// the server started; nullopt when the reply is not the statistics (an error, such as BUSY) or
+// the line has no such field.
+inline std::optional<long long> command_stat(const RedisServer& server, const std::string& command,
+                                             const std::string& field) {
+  const Reply reply = server.command({"INFO", "commandstats"});
+  if (reply.type != Reply::Type::string || reply.str.find("# Commandstats") == std::string::npos) return std::nullopt;
+  const auto begin = reply.str.find("cmdstat_" + command + ":");
+  if (begin == std::string::npos) return 0;
+  const std::string line = reply.str.substr(begin, reply.str.find('\n', begin) - begin);
+  for (const char before : {':', ','}) {
+    if (const auto at = line.find(before + field + "="); at != std::string::npos) {
+      return std::stoll(line.substr(at + field.size() + 2));
+    }
+  }
+  return std::nullopt;
+}
+
+// The master's own count of calls of `command` ("evalsha" counts every extend, release and
+// waiting retry of the library, "set" first attempts); 0 also when the master answered an error.
 inline long long command_calls(const RedisServer& server, const std::string& command) {
-  const Reply info = server.command({"INFO", "commandstats"});
-  const std::string field = "cmdstat_" + command + ":calls=";
-  const auto at = info.str.find(field);
-  if (at == std::string::npos) return 0;
-  return std::stoll(info.str.substr(at + field.size()));
+  return command_stat(server, command, "calls").value_or(0);
+}
+
+// Whether every master's fencing counter is caught up on `client` (Client::status()).
+inline bool every_fence_caught_up(Client& client) {
+  const FleetStatus status = client.status();
+  return std::all_of(status.masters.begin(), status.masters.end(),
+                     [](const MasterReport& master) { return master.fence_caught_up; });
 }
 
 // Lua scripts the master has run (EVALSHA and EVAL: every release and extend of the library,
