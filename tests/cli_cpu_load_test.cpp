@@ -4,6 +4,7 @@
 // running beside it, and they would delay it.
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,10 @@ using redlock::support::RedisServerGroup;
 // 14 to 68 ms after the lock's deadline, 4 of 4 (an outside review: another client was granted
 // meanwhile). redlock runs at real-time priority (SCHED_FIFO; the command at the normal
 // policy) where it may; where it may not, its report says why, and this test is skipped.
+// The group's end came late too: at a 300 ms ttl the margin was 15 ms (10 ms floor), and the
+// killed loops waited their turn behind the processes they had starved; the group outlived the
+// deadline in a CI run (20 ms after SIGKILL) and in 1 of 10 runs here beside a niced build. The
+// floor is 50 ms now and the killed group is raised to nice -20 (cli/run.cpp, kill_group).
 TEST(CliCpuLoadTest, ACommandThatKeepsEveryCpuBusyIsStillKilledBeforeTheDeadline) {
   const RedisServerGroup masters(3);
   // ulimit -t: each loop is killed by the kernel after 2 s of CPU, whatever becomes of redlock
@@ -45,6 +50,11 @@ TEST(CliCpuLoadTest, ACommandThatKeepsEveryCpuBusyIsStillKilledBeforeTheDeadline
   ASSERT_TRUE(lease.at("group_gone_ns").is_number()) << lease.dump();
   EXPECT_LT(lease.at("group_gone_ns").get<std::int64_t>(), deadline_ns) << lease.dump();
   EXPECT_EQ(report.value("ran_past_deadline", true), false) << f.err;
+  // Root may raise the killed group's priority (kill_group in cli/run.cpp): without it the last
+  // loop sat runnable behind a niced compiler for up to 84 ms after SIGKILL.
+  if (::geteuid() == 0) {
+    EXPECT_EQ(lease.value("raised_after_sigkill", false), true) << lease.dump();
+  }
 }
 
 // Started at real-time priority (chrt -f 1), redlock gave the command its own priority and
