@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "detail/backoff.h"
 #include "detail/commands.h"
@@ -481,7 +482,7 @@ bool Connection::send(std::string_view encoded, std::shared_ptr<ReplySink> sink,
     return false;
   }
   (state_ == State::ready ? out_ : held_).append(encoded);
-  pending_.push_back({std::move(sink), tag, sent_ns != 0 ? sent_ns : now_ns(), Step::command, late_after_ns});
+  pending_.push_back({std::move(sink), tag, sent_ns != 0 ? sent_ns : now_ns(), Step::command, release, late_after_ns});
   if (stall_timer_ == 0 && options_.stall_timeout.count() > 0) arm_stall_check();
   return true;
 }
@@ -528,9 +529,15 @@ void Connection::begin_close(std::string_view first) {
   const std::optional<std::size_t> unwritten = out_begins_inside_command_ ? std::nullopt : whole_commands(out_);
   const std::size_t at = unwritten && *unwritten <= pending_.size() ? pending_.size() - *unwritten : pending_.size();
   out_.insert(at == pending_.size() ? out_.size() : 0, first);
-  pending_.push_back({nullptr, 0, now_ns(), Step::late, 0});
+  pending_.push_back({nullptr, 0, now_ns(), Step::late, false, 0});
   for (std::size_t i = pending_.size() - 1; i > at; --i) std::swap(pending_[i], pending_[i - 1]);
   if (late_scan_ > at) ++late_scan_;
+  // Collected first: a sink sends again through this connection.
+  std::vector<std::pair<std::shared_ptr<ReplySink>, std::uint32_t>> written;
+  for (std::size_t i = 0; i < at; ++i) {
+    if (pending_[i].step == Step::command && pending_[i].sink) written.emplace_back(pending_[i].sink, pending_[i].tag);
+  }
+  for (const auto& [sink, tag] : written) sink->on_close_unanswered(tag);
 }
 
 bool Connection::send_push(std::string_view encoded) {
@@ -555,8 +562,11 @@ void Connection::release_late_sinks() {
     Pending& pending = pending_[late_scan_];
     if (pending.step != Step::command || pending.late_after_ns == 0) continue;
     if (pending.late_after_ns > now) break;
-    pending.sink.reset();
-    pending.step = Step::late;
+    // A release's round gives way to a stand-in of a few dozen bytes (OwedReleases::late_release):
+    // an answer that it did not run (BUSY, LOADING, NOSCRIPT) read now still owes it.
+    pending.sink = pending.release && pending.sink ? pending.sink->late_stand_in(pending.tag) : nullptr;
+    pending.release = false;  // not given up twice
+    if (!pending.sink) pending.step = Step::late;
   }
 }
 

@@ -27,7 +27,7 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
       : owner_(owner),
         target_(target),
         generation_(owner.masters_state_[target].generation),
-        needed_(owner.masters_.size() - owner.masters_.quorum() + 1) {}
+        needed_(owner.reads_needed()) {}
 
   void start() {
     MasterSet& masters = owner_.masters_;
@@ -44,13 +44,10 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
     for (std::uint32_t i = 0; i < masters.size(); ++i) {
       if (i != target_ && !owner_.known_behind(i) && masters.up_or_connecting(i)) ++readable;
     }
-    const bool skip_behind = readable >= needed_;
+    skip_behind_ = readable >= needed_;
     sent_generation_.assign(masters.size(), 0);
-    for (std::uint32_t i = 0; i < masters.size(); ++i) {
-      if (i == target_ || (skip_behind && owner_.known_behind(i))) continue;
-      sent_generation_[i] = owner_.generation(i);
-      if (masters.send(i, get, shared_from_this())) ++asked_;
-    }
+    reads_.assign(masters.size(), Read::none);
+    for (std::uint32_t i = 0; i < masters.size(); ++i) ask(i, get);
     if (asked_ < needed_) {
       finish(false);
       return;
@@ -62,6 +59,19 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
     });
   }
 
+  // Master `index` became ready while this try runs: its counter is read too, unless it was
+  // read already or its read is on its way (a master down when the try began, or whose read
+  // was lost with its connection, would otherwise be waited for by the next try: review 66,
+  // 1.6 to 1.9 s after it was back with a try waiting on a frozen master).
+  // Not in a try that reads masters known to be behind (too few others at its start): a
+  // master coming back would make up its count with their empty or stale counters, where a new
+  // try, judging again, would leave them out (review 67: tokens went backwards, 3 of 3;
+  // FencingRestarts.AMasterBackMidTryDoesNotLetThatTryCountAMasterKnownToBeBehind).
+  void also_read(std::uint32_t index) {
+    if (done_ || raising_ || !skip_behind_ || index >= reads_.size()) return;
+    if (reads_[index] == Read::none || reads_[index] == Read::failed) ask(index, owner_.commands_.fence_read());
+  }
+
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view) override {
     if (done_) return;
     if (index == target_) {  // the raise
@@ -70,18 +80,21 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
       return;
     }
     ++answered_;
+    if (index < reads_.size()) reads_[index] = Read::failed;  // counted below if it is a count
     // A counter that is not a plain number up to kMaxFence is not read: a hostile master's
     // value must not be written into this one. Nor one from an incarnation that began after
     // the read was sent (queued while that master reconnected: it may be empty).
     const bool current = reply != nullptr && owner_.generation(index) == sent_generation_[index];
     if (current && reply->type == REDIS_REPLY_NIL) {
       ++read_;
+      reads_[index] = Read::counted;
     } else if (current && reply->type == REDIS_REPLY_STRING) {
       std::uint64_t value = 0;
       const char* end = reply->str + reply->len;
       const auto [at, error] = std::from_chars(reply->str, end, value);
       if (error == std::errc{} && at == end && reply->len > 0 && value <= kMaxFence) {
         ++read_;
+        reads_[index] = Read::counted;
         highest_ = std::max(highest_, value);
       }
     }
@@ -98,6 +111,19 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
   }
 
  private:
+  enum class Read : std::uint8_t { none, pending, counted, failed };
+
+  // Sends the read of master `index`'s counter, if it may be read (not the target; one known
+  // to be behind only when too few others were connected at the start).
+  void ask(std::uint32_t index, const std::string& get) {
+    if (index == target_ || (skip_behind_ && owner_.known_behind(index))) return;
+    sent_generation_[index] = owner_.generation(index);
+    if (owner_.masters_.send(index, get, shared_from_this())) {
+      reads_[index] = Read::pending;
+      ++asked_;
+    }
+  }
+
   void finish(bool raised) {
     done_ = true;
     if (timer_ != 0) owner_.loop_.cancel(std::exchange(timer_, 0));
@@ -109,6 +135,8 @@ class FenceCatchUp::Attempt final : public ReplySink, public std::enable_shared_
   const std::uint32_t generation_;
   const std::uint32_t needed_;
   std::vector<std::uint32_t> sent_generation_;  // each master's incarnation when its read was sent
+  std::vector<Read> reads_;                     // each master's read in this try
+  bool skip_behind_ = false;                    // masters known to be behind are not read
   std::uint32_t asked_ = 0;
   std::uint32_t answered_ = 0;
   std::uint32_t read_ = 0;
@@ -128,6 +156,7 @@ void FenceCatchUp::on_new_incarnation(std::uint32_t index) {
   state.seen_ns = now_ns();
   state.ready = false;
   state.backoff = Milliseconds{0};
+  state.hurried_ns = 0;
   cancel_retry(state);  // the last incarnation's
   if (options_.fence_catch_up) {
     // Waits one command deadline first (docs/fencing.md, assumption A3).
@@ -142,6 +171,33 @@ void FenceCatchUp::on_reconnect(std::uint32_t index, bool run_id_known) {
     on_new_incarnation(index);  // FencingRestarts.CatchUpKeepsTokensIncreasingAcrossRestartsWhenInfoIsDenied
   } else if (options_.fence_catch_up && !masters_state_[index].ready) {
     start(index);
+  }
+}
+
+std::uint32_t FenceCatchUp::reads_needed() const { return masters_.size() - masters_.quorum() + 1; }
+
+void FenceCatchUp::on_master_ready(std::uint32_t index) {
+  if (!options_.fence_catch_up) return;
+  const std::uint64_t now = now_ns();
+  const std::uint32_t needed = reads_needed();
+  for (std::uint32_t other = 0; other < masters_state_.size(); ++other) {
+    State& state = masters_state_[other];
+    if (other == index || state.ready) continue;
+    if (state.running) {  // a try under way reads this master too
+      if (const auto attempt = state.attempt.lock()) attempt->also_read(index);
+      continue;
+    }
+    // Only a catch-up waiting out a backoff (not its first A3 wait, which start() keeps in any
+    // case), and only once enough other masters are ready for a try to read: a try failing for
+    // want of them spent the early try before the one it lacked came back (review 66: one of
+    // two needed masters back, or another master flapping).
+    if (state.retry_timer == 0 || state.backoff.count() == 0) continue;
+    const std::size_t ready_others = masters_.ready_count() - (masters_.ready(other) ? 1 : 0);
+    if (ready_others < needed) continue;
+    const auto backoff_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(state.backoff).count());
+    if (state.hurried_ns != 0 && now - state.hurried_ns < backoff_ns) continue;
+    state.hurried_ns = now;
+    start(other);
   }
 }
 
@@ -166,7 +222,9 @@ void FenceCatchUp::start(std::uint32_t index) {
   }
   cancel_retry(state);  // this try replaces it
   state.running = true;
-  std::make_shared<Attempt>(*this, index)->start();
+  const auto attempt = std::make_shared<Attempt>(*this, index);
+  state.attempt = attempt;
+  attempt->start();
 }
 
 void FenceCatchUp::retry_at(std::uint32_t index, std::uint64_t at) {

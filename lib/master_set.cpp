@@ -85,14 +85,7 @@ bool MasterSet::send(std::uint32_t index, std::string_view encoded, std::shared_
 
 void MasterSet::owe_release(std::uint32_t index, std::string encoded, std::uint64_t until_ns, bool soon) {
   if (closed_ || index >= size_) return;
-  if (soon && owed_timers_[index] == 0) {
-    // The connection is up, so no on_ready will come: a timer sends what is owed (if the
-    // connection dropped meanwhile, its on_ready does).
-    owed_timers_[index] = loop_.schedule_after(std::max(options_.command_timeout, kRetryOwedAfter), [this, index] {
-      owed_timers_[index] = 0;
-      if (!closed_ && ready(index)) owed_.on_ready(index);
-    });
-  }
+  if (soon) arm_owed_retry(index);
   if (!owed_.owe(index, std::move(encoded), until_ns) && !warned_[index].owed_dropped) {
     warned_[index].owed_dropped =
         diagnostics_.warn("master " + names_[index] + ": more than " + std::to_string(OwedReleases::kMaxPerMaster) +
@@ -101,6 +94,19 @@ void MasterSet::owe_release(std::uint32_t index, std::string encoded, std::uint6
                               "their keys stay there until their ttl",
                           names_[index] + " (owed releases)");
   }
+}
+
+// The connection is up, so no on_ready will come: while releases are owed there, each period
+// asks the master with one of them whether it runs them again (OwedReleases::probe). If the
+// connection dropped meanwhile, its on_ready sends them.
+void MasterSet::arm_owed_retry(std::uint32_t index) {
+  if (owed_timers_[index] != 0) return;
+  owed_timers_[index] = loop_.schedule_after(std::max(options_.command_timeout, kRetryOwedAfter), [this, index] {
+    owed_timers_[index] = 0;
+    if (closed_ || !ready(index) || owed_.owed(index) == 0) return;
+    owed_.probe(index);
+    arm_owed_retry(index);
+  });
 }
 
 void MasterSet::owed_spell_over(std::uint32_t index) {
@@ -203,6 +209,7 @@ void MasterSet::on_ready(std::uint32_t index) {
   if (new_incarnation || keys_replaced) catch_up_.on_new_incarnation(index);
   warn_permissions(index);
   if (!new_incarnation && !keys_replaced) catch_up_.on_reconnect(index, !info.run_id.empty());
+  catch_up_.on_master_ready(index);
   owed_.on_ready(index);
   owed_spell_over(index);
   const Incarnation& incarnation = guard_.incarnation(index);

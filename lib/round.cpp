@@ -368,6 +368,40 @@ void Round::resend_with_eval(std::uint32_t index) {
   }
 }
 
+// ~Client: this round's EVALSHA, written to master `index`, is not answered yet, and the
+// lingering socket drops a NOSCRIPT answer (the masters flushed their scripts) that would have
+// sent it again with EVAL: a release is sent again behind the close's SCRIPT LOAD (a review:
+// written before ~Client to two masters slow to answer, its lock was left held on a quorum for
+// its whole ttl). Run twice, a release deletes nothing the second time: a token is never reused.
+// Any other kind that did not run leaves no key behind.
+void Round::on_close_unanswered(std::uint32_t index) {
+  if (args_.kind != RoundKind::release || index >= learned_.size() || learned_[index].eval_sent) return;
+  if (!resend_until_ns()) return;
+  std::string own;
+  std::string& command = claim_command_buffer(own);
+  encode_for(index, command, false);
+  (void)context_.masters.send(index, command, shared_from_this(), late_after_ns(), true);
+  command.clear();
+}
+
+// Past its deadline under a backlog, this release's command at master `index` gives up the
+// round for a stand-in that owes it again as on_reply would: lost with the connection; answered
+// NOSCRIPT (sent again with EVAL); answered BUSY or LOADING only where the lock's SET is known
+// to have run (its state; none for a failed attempt's release). Until resend_before.
+std::shared_ptr<ReplySink> Round::late_stand_in(std::uint32_t index) {
+  if (args_.kind != RoundKind::release) return nullptr;
+  const std::optional<std::uint64_t> until_ns = resend_until_ns();
+  if (!until_ns) return nullptr;
+  return context_.masters.late_release(index, args_.key, args_.token, *until_ns, hear_everyone_ ? nullptr : state_);
+}
+
+std::optional<std::uint64_t> Round::resend_until_ns() const {
+  const auto left = args_.resend_before - context_.clock.now();
+  if (left <= std::chrono::steady_clock::duration::zero()) return std::nullopt;
+  return deadline_after(now_ns(),
+                        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(left).count()));
+}
+
 // A release that master `index`'s connection refused or lost: sent again (EVAL: a restarted
 // master has no script loaded) once the connection is back, until resend_before, the same
 // limit as a NOSCRIPT answer's resend (OwedReleases). `soon`: the master answered BUSY or
@@ -375,12 +409,11 @@ void Round::resend_with_eval(std::uint32_t index) {
 void Round::owe_release(std::uint32_t index, bool soon) {
   // Closing (~Client fails every pending command): nothing would be kept, so nothing is encoded.
   if (context_.masters.closed()) return;
-  const auto left = args_.resend_before - context_.clock.now();
-  if (left <= std::chrono::steady_clock::duration::zero()) return;
+  const std::optional<std::uint64_t> until_ns = resend_until_ns();
+  if (!until_ns) return;
   std::string encoded;
   context_.commands.append(encoded, args_, true);
-  const auto left_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(left).count());
-  context_.masters.owe_release(index, std::move(encoded), deadline_after(now_ns(), left_ns), soon);
+  context_.masters.owe_release(index, std::move(encoded), *until_ns, soon);
 }
 
 }  // namespace redlock::detail

@@ -638,6 +638,96 @@ TEST(AsyncTest, ReleasesBegunJustBeforeTheClientEndsAfterAScriptFlushLeaveNoKey)
   EXPECT_EQ(left, 0u) << "keys left (ttl 60 s)";
 }
 
+// A release written before ~Client, answered NOSCRIPT after it (the masters flushed their
+// scripts; two of them slow to answer, here frozen). `under_a_backlog`: past its deadline with
+// more than Connection::kKeepLateSinksUpTo commands behind it, so that its round gave way to a
+// stand-in (OwedReleases::late_release) before ~Client. Returns how many masters keep the key.
+std::size_t masters_keeping_a_release_written_before_the_client_ends(bool under_a_backlog) {
+  RedisServerGroup masters(3);
+  std::thread thaw;
+  {
+    auto options = options_for(masters);
+    options.ttl = 60s;
+    options.max_lock_ttl = 60s;
+    // ~Client lingers for the frozen masters' answers while their commands are due.
+    options.command_timeout = under_a_backlog ? 300ms : 10s;
+    Client client(options);
+    EXPECT_TRUE(client.wait_connected(3, 5s));
+    const Result held = client.acquire("written-before-close");
+    EXPECT_TRUE(held.lock) << format_result(held);
+    if (!held.lock) return masters.size();
+    for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"SCRIPT", "FLUSH"});
+    masters[0].freeze();
+    masters[1].freeze();
+    client.release_async(*held.lock, [](Result) {});
+    // Written to the frozen masters' sockets: their EVALSHA waits there, unanswered.
+    EXPECT_TRUE(eventually([&] { return !get(masters[2], "redlock:written-before-close").has_value(); }));
+    std::this_thread::sleep_for(50ms);
+    if (under_a_backlog) {
+      for (int i = 0; i < 300; ++i) client.status_async(std::nullopt, [](FleetStatus) {});
+      std::this_thread::sleep_for(options.command_timeout + 50ms);
+      client.status_async(std::nullopt, [](FleetStatus) {});  // a send past the deadline: the sinks go
+    }
+    thaw = std::thread([&] {
+      std::this_thread::sleep_for(under_a_backlog ? 50ms : 200ms);
+      masters[0].thaw();
+      masters[1].thaw();
+    });
+  }  // ~Client while the two releases wait for their answer
+  thaw.join();
+  (void)eventually([&] { return with_key(masters, "redlock:written-before-close") == 0; });
+  return with_key(masters, "redlock:written-before-close");
+}
+
+// The lingering socket drops what it reads, so the EVALSHA was never sent again with EVAL, and
+// the lock stayed held on a quorum for its whole ttl (2 masters, 3 of 3): the close's SCRIPT
+// LOAD went ahead of the commands not written yet only. Each release written and unanswered is
+// sent again behind it (ReplySink::on_close_unanswered).
+TEST(AsyncTest, AReleaseWrittenBeforeTheClientEndsAndAnsweredNoscriptAfterItLeavesNoKey) {
+  const std::size_t keeping = masters_keeping_a_release_written_before_the_client_ends(false);
+  EXPECT_EQ(keeping, 0u) << keeping << " masters still hold the key (ttl 60 s)";
+}
+
+// The same, once the release's round gave way to its stand-in: the stand-in sends it again too.
+TEST(AsyncTest, AReleaseGivenUpUnderABacklogBeforeTheClientEndsAndAnsweredNoscriptAfterItLeavesNoKey) {
+  const std::size_t keeping = masters_keeping_a_release_written_before_the_client_ends(true);
+  EXPECT_EQ(keeping, 0u) << keeping << " masters still hold the key (ttl 60 s)";
+}
+
+// Review 69: a stand-in (OwedReleases::late_release) that read NOSCRIPT only owed the release
+// (MasterSet's retry timer, max(command_timeout, 100 ms) later), where the round sends it again
+// with EVAL at once (Round::resend_with_eval). A ~Client inside that period dropped what was owed
+// (MasterSet::close): the key stayed on the two masters, a quorum (2 of 3 masters, 2 of 2 runs).
+// The stand-in sends the EVAL at once too.
+TEST(AsyncTest, AStandInAnsweredNoscriptJustBeforeTheClientEndsLeavesNoKey) {
+  RedisServerGroup masters(3);
+  {
+    auto options = options_for(masters);
+    options.ttl = 60s;
+    options.max_lock_ttl = 60s;
+    options.command_timeout = 1s;
+    Client client(options);
+    ASSERT_TRUE(client.wait_connected(3, 5s));
+    const Result held = client.acquire("noscript-late");
+    ASSERT_TRUE(held.lock) << format_result(held);
+    for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"SCRIPT", "FLUSH"});
+    masters[0].freeze();
+    masters[1].freeze();
+    client.release_async(*held.lock, [](Result) {});
+    EXPECT_TRUE(eventually([&] { return !get(masters[2], "redlock:noscript-late").has_value(); }));
+    for (int i = 0; i < 300; ++i) client.status_async(std::nullopt, [](FleetStatus) {});
+    std::this_thread::sleep_for(options.command_timeout + 100ms);
+    client.status_async(std::nullopt, [](FleetStatus) {});  // past the deadline: the stand-in
+    std::this_thread::sleep_for(50ms);
+    masters[0].thaw();
+    masters[1].thaw();
+    std::this_thread::sleep_for(300ms);  // NOSCRIPT read; the retry timer is 1 s away
+  }                                      // ~Client
+  (void)eventually([&] { return with_key(masters, "redlock:noscript-late") == 0; });
+  const std::size_t keeping = with_key(masters, "redlock:noscript-late");
+  EXPECT_EQ(keeping, 0u) << keeping << " of 3 masters still hold the released lock's key (ttl 60 s)";
+}
+
 // Commands a frozen master has not answered past their deadline give up their sinks once more
 // than Connection::kKeepLateSinksUpTo are outstanding there (at the next send): their rounds
 // and status queries time them out at their own deadline. A ~Client that came before that

@@ -57,6 +57,7 @@ enum class Behaviour {
   password_time,      // honest, but TIME's seconds are the password it was sent (kEchoedPassword)
   huge_run_id,        // honest, but INFO server's run_id is almost 1 MiB long (the same on every such server)
   slow_answers,       // honest replies to lock commands, in order, but one every kAnswerEvery (a growing backlog)
+  noscript_always,    // honest, but every script (EVALSHA and EVAL alike) is answered NOSCRIPT
 };
 
 constexpr const char* kEchoedPassword = "echoed-Pw-7q2x";
@@ -77,6 +78,8 @@ class HostileServer {
     thread_.join();
   }
   std::string uri() const { return listener_.uri(); }
+  // The lock's own EVALs (not the connect-time permission check's) received so far.
+  int lock_evals() const { return lock_evals_.load(); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -242,6 +245,7 @@ class HostileServer {
   void respond(Peer& peer, const std::string& name, const std::string& section, bool probe) {
     if (peer.muted) return;
     const bool lock_command = !probe && (name == "SET" || name == "EVALSHA" || name == "EVAL");
+    if (lock_command && name == "EVAL") ++lock_evals_;
     switch (behaviour_) {
       case Behaviour::garbage: peer.out += "~this is not RESP\r\n"; return;
       case Behaviour::integer_for_everything: peer.out += ":5\r\n"; return;
@@ -300,6 +304,9 @@ class HostileServer {
         case Behaviour::resp3_push: peer.out += ">2\r\n$7\r\nmessage\r\n$2\r\nhi\r\n"; break;
         case Behaviour::extra_reply: peer.out += honest(name) + honest(name); break;
         case Behaviour::swapped_replies: peer.out += name == "SET" ? ":1\r\n" : "+OK\r\n"; break;
+        case Behaviour::noscript_always:
+          peer.out += name == "SET" ? honest(name) : std::string("-NOSCRIPT No matching script. Please use EVAL.\r\n");
+          break;
         case Behaviour::huge_fence:
           // The fenced acquire's INCR and the raise's answer (a plain SET is granted).
           peer.out += name == "SET" ? honest(name) : std::string(":") + kHugeFence + "\r\n";
@@ -316,6 +323,7 @@ class HostileServer {
   LoopbackListener listener_{"hostile server"};
   std::thread thread_;
   std::map<std::string, std::string> runs_;  // pattern -> 64 KiB run of it (server thread only)
+  std::atomic<int> lock_evals_{0};
 };
 
 struct Case {
@@ -575,6 +583,29 @@ TEST(HostileMasterTest, AHugeFencingCounterOnOneMasterIsNotWrittenIntoTheOthers)
   const Result again = client.acquire("fenced", fenced);
   ASSERT_EQ(again.outcome, Outcome::acquired) << format_result(again);
   EXPECT_GT(again.lock->fence, held.lock->fence) << format_result(again);
+}
+
+// A master answering NOSCRIPT even to the EVAL sent again after a NOSCRIPT (Redis never would:
+// EVAL loads the script) is sent that EVAL once per release, not again and again: the resend is
+// bounded by one per master per round (Round::on_reply, learned_[index].eval_sent). The lock's
+// other masters release it.
+TEST(HostileMasterTest, AMasterAnsweringNoscriptToEveryScriptIsSentOneEvalPerRelease) {
+  RedisServerGroup real(2);
+  HostileServer bad(Behaviour::noscript_always);
+  auto options = options_for(std::vector<std::string>{bad.uri(), real[0].uri(), real[1].uri()});
+  options.fence_catch_up = false;  // its raise is an EVAL too
+  Client client(options);
+  ASSERT_TRUE(client.wait_connected(3, 5s));
+  constexpr int kCycles = 20;
+  for (int i = 0; i < kCycles; ++i) {
+    const Result held = client.acquire("noscript-bound");
+    ASSERT_TRUE(held) << format_result(held);
+    const Result released = client.release(*held.lock);
+    ASSERT_EQ(released.outcome, Outcome::released) << format_result(released);
+  }
+  std::this_thread::sleep_for(200ms);  // any resend still on its way
+  EXPECT_EQ(bad.lock_evals(), kCycles) << "a NOSCRIPT answer to the EVAL was followed by another EVAL";
+  EXPECT_EQ(with_key(real, "redlock:noscript-bound"), 0u);
 }
 
 // FAILS (a hole, under the asan preset): TIME's seconds * 10^6 + microseconds overflowed (signed:

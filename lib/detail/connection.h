@@ -47,6 +47,13 @@ class ReplySink {
  public:
   virtual ~ReplySink() = default;
   virtual void on_reply(std::uint32_t tag, const redisReply* reply, std::string_view failure) = 0;
+  // The Client begins to shut down (Connection::begin_close) while command `tag`, written to
+  // the socket, is unanswered: whatever it is answered now is dropped by the lingering socket.
+  // The close's SCRIPT LOAD is queued behind it, so a script sent again now finds its script.
+  virtual void on_close_unanswered(std::uint32_t /*tag*/) {}
+  // Command `tag`, a release, is past its deadline under a backlog (Connection::release_late_sinks):
+  // the sink is given up for what this returns, kept until the command is answered (null: nothing).
+  virtual std::shared_ptr<ReplySink> late_stand_in(std::uint32_t /*tag*/) { return nullptr; }
 };
 
 struct ConnectionOptions {
@@ -146,6 +153,9 @@ class Connection {
   // its reply dropped. MasterSet sends the release script's SCRIPT LOAD: a release written at
   // the close is EVALSHA, and a NOSCRIPT answer (the masters' SCRIPT FLUSH) reaches no round
   // any more to be sent again with EVAL (review 57: the keys of acquires in flight were left).
+  // Then each command written before it and not answered is offered to its sink
+  // (ReplySink::on_close_unanswered): a release's EVALSHA among them, answered NOSCRIPT, had
+  // nothing behind it (the lock was left held on the masters slow to answer).
   void begin_close(std::string_view first);
 
   [[nodiscard]] State state() const noexcept { return state_; }
@@ -216,6 +226,7 @@ class Connection {
     std::uint32_t tag = 0;
     std::uint64_t sent_ns = 0;
     Step step = Step::command;
+    bool release = false;             // see send()
     std::uint64_t late_after_ns = 0;  // see send(); 0: the sink is kept until answered
   };
   void on_handshake_reply(Step step, const redisReply* reply);

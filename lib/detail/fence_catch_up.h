@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "redlock/options.h"
@@ -30,6 +31,12 @@ class FenceCatchUp {
   // refused for want of permission (or given up) is tried again now. Without it nothing tells
   // a restart from a reconnect, and every reconnect is taken for a new incarnation.
   void on_reconnect(std::uint32_t index, bool run_id_known);
+  // Master `index`'s connection is ready (again): a try under way for another master reads it
+  // too (if it has not read it), and catch-ups waiting out a backoff after a failed try are
+  // tried now, once enough other masters are ready to read, each at most once per its current
+  // backoff: a try that failed for want of other masters need not wait up to reconnect_max
+  // after they are back, and a master reconnecting over and over adds at most one try per wait.
+  void on_master_ready(std::uint32_t index);
   // Whether master `index`'s counter is caught up for its current incarnation.
   [[nodiscard]] bool ready(std::uint32_t index) const { return masters_state_[index].ready; }
   // How many incarnations of master `index` it has been told of.
@@ -53,7 +60,12 @@ class FenceCatchUp {
     // try); 0: none. One per master: a reconnect's start() while one was pending added a
     // second retry loop for good, each reconnect another (review 64).
     std::uint64_t retry_timer = 0;
+    std::uint64_t hurried_ns = 0;  // loop time of the last try on_master_ready made early; 0: none
+    std::weak_ptr<Attempt> attempt;  // the try under way, while `running`
   };
+  // How many other masters' counters a catch-up reads: N - Q + 1, so that any quorum that
+  // acknowledged a token shares one with them.
+  [[nodiscard]] std::uint32_t reads_needed() const;
   void start(std::uint32_t index);
   // Calls start(index) at `at` (loop time), replacing the master's pending retry, if any.
   void retry_at(std::uint32_t index, std::uint64_t at);

@@ -68,11 +68,20 @@ class MasterSet {
   // A release master `index`'s connection refused or lost: sent again when it is ready
   // (OwedReleases). `encoded` is EVAL-encoded; `until_ns` on now_ns().
   // `soon`: the master answered that it could not run it now (BUSY with a script, LOADING) on
-  // a connection that stays up: sent again after kRetryOwedAfter, and so on while it answers so.
+  // a connection that stays up: after max(command_timeout, kRetryOwedAfter) one of those owed
+  // there is sent again, and so on each period while it is answered so; once it is answered
+  // otherwise, all of them.
   void owe_release(std::uint32_t index, std::string encoded, std::uint64_t until_ns, bool soon = false);
   // The spell in which releases were owed to master `index` is over (its connection is back, or
   // it answered a release otherwise than BUSY or LOADING): the next drop past the bound warns again.
   void owed_spell_over(std::uint32_t index);
+  // OwedReleases::late_release: what a release round's sink becomes past its deadline under a backlog.
+  [[nodiscard]] std::shared_ptr<ReplySink> late_release(std::uint32_t index, std::string_view key,
+                                                        std::string_view token, std::uint64_t until_ns,
+                                                        std::shared_ptr<const LockState> state) {
+    return owed_.late_release(index, key, token, until_ns, std::move(state));
+  }
+  [[nodiscard]] const LockCommands& commands() const noexcept { return commands_; }
   // Connection::failed_because of master `index`.
   [[nodiscard]] const std::string& failed_because(std::uint32_t index) const;
 
@@ -163,6 +172,9 @@ class MasterSet {
   void read_periodically(std::uint32_t index);
   // A periodic read's INFO replication on master `index`'s live connection.
   void role_read(std::uint32_t index, const ServerInfo& read);
+  // Arms master `index`'s retry of releases it answered BUSY or LOADING (owe_release), unless
+  // armed; each period it probes again while any are owed and the connection is up.
+  void arm_owed_retry(std::uint32_t index);
 
   EventLoop& loop_;
   const ClientOptions& options_;

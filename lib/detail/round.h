@@ -160,6 +160,8 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   [[nodiscard]] ReleaseRoom::Ticket take_room() noexcept { return std::move(room_); }
 
   void on_reply(std::uint32_t index, const redisReply* reply, std::string_view failure) override;
+  void on_close_unanswered(std::uint32_t index) override;
+  std::shared_ptr<ReplySink> late_stand_in(std::uint32_t index) override;
 
  private:
   friend class RoundDeadlines;
@@ -175,6 +177,8 @@ class Round final : public ReplySink, public std::enable_shared_from_this<Round>
   [[nodiscard]] std::string& claim_command_buffer(std::string& own) const noexcept;
   void resend_with_eval(std::uint32_t index);
   void owe_release(std::uint32_t index, bool soon = false);
+  // now_ns() until which this release may still be sent again (resend_before); none once passed.
+  [[nodiscard]] std::optional<std::uint64_t> resend_until_ns() const;
   void refuse_for_room(std::size_t bytes);
 
   const RoundContext& context_;
