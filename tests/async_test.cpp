@@ -638,11 +638,22 @@ TEST(AsyncTest, ReleasesBegunJustBeforeTheClientEndsAfterAScriptFlushLeaveNoKey)
   EXPECT_EQ(left, 0u) << "keys left (ttl 60 s)";
 }
 
-// A release written before ~Client, answered NOSCRIPT after it (the masters flushed their
-// scripts; two of them slow to answer, here frozen). `under_a_backlog`: past its deadline with
-// more than Connection::kKeepLateSinksUpTo commands behind it, so that its round gave way to a
-// stand-in (OwedReleases::late_release) before ~Client. Returns how many masters keep the key.
-std::size_t masters_keeping_a_release_written_before_the_client_ends(bool under_a_backlog) {
+// A release written before ~Client and answered NOSCRIPT (the masters flushed their scripts;
+// two of them slow to answer, here frozen), in three orders of events. Returns how many masters
+// keep the key.
+enum class NoscriptRead {
+  // By the lingering socket after ~Client began, which drops what it reads.
+  after_the_close,
+  // The same, the release past its deadline with more than Connection::kKeepLateSinksUpTo
+  // commands behind it first, so that its round gave way to a stand-in (OwedReleases::late_release).
+  by_a_stand_in_after_the_close,
+  // By that stand-in, just before ~Client (the masters thawed 50 ms before it): the retry timer,
+  // max(command_timeout, 100 ms) away, has not run yet.
+  by_a_stand_in_before_the_close,
+};
+
+std::size_t masters_keeping_a_release_answered_noscript(NoscriptRead read) {
+  const bool stand_in = read != NoscriptRead::after_the_close;
   RedisServerGroup masters(3);
   std::thread thaw;
   {
@@ -650,7 +661,7 @@ std::size_t masters_keeping_a_release_written_before_the_client_ends(bool under_
     options.ttl = 60s;
     options.max_lock_ttl = 60s;
     // ~Client lingers for the frozen masters' answers while their commands are due.
-    options.command_timeout = under_a_backlog ? 300ms : 10s;
+    options.command_timeout = stand_in ? 1s : 10s;
     Client client(options);
     EXPECT_TRUE(client.wait_connected(3, 5s));
     const Result held = client.acquire("written-before-close");
@@ -663,18 +674,25 @@ std::size_t masters_keeping_a_release_written_before_the_client_ends(bool under_
     // Written to the frozen masters' sockets: their EVALSHA waits there, unanswered.
     EXPECT_TRUE(eventually([&] { return !get(masters[2], "redlock:written-before-close").has_value(); }));
     std::this_thread::sleep_for(50ms);
-    if (under_a_backlog) {
+    if (stand_in) {
       for (int i = 0; i < 300; ++i) client.status_async(std::nullopt, [](FleetStatus) {});
-      std::this_thread::sleep_for(options.command_timeout + 50ms);
+      std::this_thread::sleep_for(options.command_timeout + 100ms);
       client.status_async(std::nullopt, [](FleetStatus) {});  // a send past the deadline: the sinks go
     }
-    thaw = std::thread([&] {
-      std::this_thread::sleep_for(under_a_backlog ? 50ms : 200ms);
+    if (read == NoscriptRead::by_a_stand_in_before_the_close) {
+      std::this_thread::sleep_for(50ms);
       masters[0].thaw();
       masters[1].thaw();
-    });
-  }  // ~Client while the two releases wait for their answer
-  thaw.join();
+      std::this_thread::sleep_for(300ms);  // NOSCRIPT read; the retry timer is 1 s away
+    } else {
+      thaw = std::thread([&] {
+        std::this_thread::sleep_for(stand_in ? 50ms : 200ms);
+        masters[0].thaw();
+        masters[1].thaw();
+      });
+    }
+  }  // ~Client
+  if (thaw.joinable()) thaw.join();
   (void)eventually([&] { return with_key(masters, "redlock:written-before-close") == 0; });
   return with_key(masters, "redlock:written-before-close");
 }
@@ -684,47 +702,22 @@ std::size_t masters_keeping_a_release_written_before_the_client_ends(bool under_
 // LOAD went ahead of the commands not written yet only. Each release written and unanswered is
 // sent again behind it (ReplySink::on_close_unanswered).
 TEST(AsyncTest, AReleaseWrittenBeforeTheClientEndsAndAnsweredNoscriptAfterItLeavesNoKey) {
-  const std::size_t keeping = masters_keeping_a_release_written_before_the_client_ends(false);
-  EXPECT_EQ(keeping, 0u) << keeping << " masters still hold the key (ttl 60 s)";
+  const std::size_t keeping = masters_keeping_a_release_answered_noscript(NoscriptRead::after_the_close);
+  EXPECT_EQ(keeping, 0u) << keeping << " of 3 masters still hold the released lock's key (ttl 60 s)";
 }
 
 // The same, once the release's round gave way to its stand-in: the stand-in sends it again too.
 TEST(AsyncTest, AReleaseGivenUpUnderABacklogBeforeTheClientEndsAndAnsweredNoscriptAfterItLeavesNoKey) {
-  const std::size_t keeping = masters_keeping_a_release_written_before_the_client_ends(true);
-  EXPECT_EQ(keeping, 0u) << keeping << " masters still hold the key (ttl 60 s)";
+  const std::size_t keeping = masters_keeping_a_release_answered_noscript(NoscriptRead::by_a_stand_in_after_the_close);
+  EXPECT_EQ(keeping, 0u) << keeping << " of 3 masters still hold the released lock's key (ttl 60 s)";
 }
 
-// Review 69: a stand-in (OwedReleases::late_release) that read NOSCRIPT only owed the release
-// (MasterSet's retry timer, max(command_timeout, 100 ms) later), where the round sends it again
-// with EVAL at once (Round::resend_with_eval). A ~Client inside that period dropped what was owed
-// (MasterSet::close): the key stayed on the two masters, a quorum (2 of 3 masters, 2 of 2 runs).
-// The stand-in sends the EVAL at once too.
+// Review 69: a stand-in that read NOSCRIPT only owed the release (MasterSet's retry timer), where
+// the round sends it again with EVAL at once (Round::resend_with_eval). A ~Client inside that
+// period dropped what was owed (MasterSet::close): the key stayed on the two masters, a quorum
+// (2 of 3 masters, 2 of 2 runs). The stand-in sends the EVAL at once too.
 TEST(AsyncTest, AStandInAnsweredNoscriptJustBeforeTheClientEndsLeavesNoKey) {
-  RedisServerGroup masters(3);
-  {
-    auto options = options_for(masters);
-    options.ttl = 60s;
-    options.max_lock_ttl = 60s;
-    options.command_timeout = 1s;
-    Client client(options);
-    ASSERT_TRUE(client.wait_connected(3, 5s));
-    const Result held = client.acquire("noscript-late");
-    ASSERT_TRUE(held.lock) << format_result(held);
-    for (std::size_t i = 0; i < masters.size(); ++i) masters[i].command({"SCRIPT", "FLUSH"});
-    masters[0].freeze();
-    masters[1].freeze();
-    client.release_async(*held.lock, [](Result) {});
-    EXPECT_TRUE(eventually([&] { return !get(masters[2], "redlock:noscript-late").has_value(); }));
-    for (int i = 0; i < 300; ++i) client.status_async(std::nullopt, [](FleetStatus) {});
-    std::this_thread::sleep_for(options.command_timeout + 100ms);
-    client.status_async(std::nullopt, [](FleetStatus) {});  // past the deadline: the stand-in
-    std::this_thread::sleep_for(50ms);
-    masters[0].thaw();
-    masters[1].thaw();
-    std::this_thread::sleep_for(300ms);  // NOSCRIPT read; the retry timer is 1 s away
-  }                                      // ~Client
-  (void)eventually([&] { return with_key(masters, "redlock:noscript-late") == 0; });
-  const std::size_t keeping = with_key(masters, "redlock:noscript-late");
+  const std::size_t keeping = masters_keeping_a_release_answered_noscript(NoscriptRead::by_a_stand_in_before_the_close);
   EXPECT_EQ(keeping, 0u) << keeping << " of 3 masters still hold the released lock's key (ttl 60 s)";
 }
 
