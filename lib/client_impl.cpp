@@ -461,6 +461,7 @@ void ClientImpl::decided(const std::shared_ptr<Operation>& op, Round& round) {
       auto state = make_lock_state(size);
       for (std::uint32_t i = 0; i < size; ++i) {
         if (result.masters[i].status == MasterStatus::ok) {
+          state->granted_on |= std::uint64_t{1} << i;
           state->epochs[i] = masters_.incarnation(i).epoch;
           ++state->votes;
         }

@@ -114,11 +114,10 @@ class OwedReleases::LateRelease final : public ReplySink, public std::enable_sha
   std::shared_ptr<ReplySink> late_stand_in(std::uint32_t) override { return shared_from_this(); }
 
  private:
-  // The lock's SET ran on master `index`: a grant is recorded there (in time or late), and no
-  // BUSY or LOADING answer to it.
+  // The lock's SET ran on master `index`: a grant is recorded there, in time or late
+  // (LockState::granted_on; a BUSY or LOADING answer to the SET records none).
   [[nodiscard]] bool granted_here(std::uint32_t index) const {
-    return state_ && index < state_->epochs.size() && state_->epochs[index] != 0 &&
-           (state_->not_run & (std::uint64_t{1} << index)) == 0;
+    return state_ && index < 64 && (state_->granted_on & (std::uint64_t{1} << index)) != 0;
   }
   [[nodiscard]] std::string encode(bool use_eval) const {
     std::string out;

@@ -201,9 +201,12 @@ void Round::on_reply(std::uint32_t index, const redisReply* reply, std::string_v
     // acquire still strengthens the lock: remember it for the restart guard.
     if (granted_ && reply != nullptr && !is_noscript(reply)) {
       std::string error;
-      if (classify(index, reply, error) == MasterStatus::ok && granted_->epochs[index] == 0) {
-        granted_->epochs[index] = context_.masters.incarnation(index).epoch;
-        ++granted_->votes;
+      if (classify(index, reply, error) == MasterStatus::ok) {
+        granted_->granted_on |= bit;
+        if (granted_->epochs[index] == 0) {
+          granted_->epochs[index] = context_.masters.incarnation(index).epoch;
+          ++granted_->votes;
+        }
       }
     }
     return;

@@ -40,6 +40,12 @@ class LockState {
   // LOADING (it did not run there; a late answer too): a release they answer so is not kept
   // for them (Round::on_reply), as nothing of the lock is there.
   std::uint64_t not_run = 0;
+  // Loop thread only. The masters (bit i) that granted the lock's SET (a vote, in time or late:
+  // Round::keep_late_grants). Not `epochs[i] != 0`: an epoch is 0 also where no run_id was ever
+  // read (INFO denied, docs/permissions.md) and once the restart guard forgot a restarted
+  // master's vote (review 70: a stand-in that read grants from the epochs kept no late BUSY
+  // release with INFO denied, and 50 of 50 released locks' keys stayed on a quorum).
+  std::uint64_t granted_on = 0;
 
   // Any thread.
   std::atomic<bool> lost{false};
