@@ -675,7 +675,10 @@ void Connection::check_stall() {
     arm_stall_check(deadline_after(now, kStallRecheckNs));
     return;
   }
-  fail("no reply for " + std::to_string(waited / 1'000'000) + " ms: master stalled, reconnecting");
+  // What the check saw, in the message: a drop of a master whose answers were in its socket
+  // would say so (an unexplained CI failure of the held-loop test: "no reply for 2609 ms").
+  fail("no reply for " + std::to_string(waited / 1'000'000) + " ms (" + std::to_string(unread_bytes()) +
+       " bytes unread" + (looked_again_ ? ", looked again" : "") + "): master stalled, reconnecting");
 }
 
 std::size_t Connection::unread_bytes() const noexcept {

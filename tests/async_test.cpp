@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -25,10 +26,30 @@
 
 #include "detail/release_room.h"
 #include "detail/uv_loop_close.h"
+#include "sanitizers.h"
 #include "test_util.h"
 
 namespace redlock::testing {
 namespace {
+
+// The state letter of thread `tid` of this process (/proc: 'S' while it sleeps in a wait).
+char thread_state(pid_t tid) {
+  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
+  const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(") ");
+  return paren == std::string::npos || paren + 2 >= text.size() ? '?' : text[paren + 2];
+}
+
+// Every thread of this process but the caller sleeps in a wait (a Client's loop thread: in
+// its poll, holding no lock).
+bool other_threads_asleep() {
+  const auto self = static_cast<pid_t>(::syscall(SYS_gettid));
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    const auto tid = static_cast<pid_t>(std::stol(task.path().filename().string()));
+    if (tid != self && thread_state(tid) != 'S') return false;
+  }
+  return true;
+}
 
 // Options for a lock that outlives the test (ttl 60 s), so that a key left behind shows; on
 // the caller's `loop` when given.
@@ -117,13 +138,6 @@ TEST(AsyncTest, WaitConnectedWhileTheClientIsDestroyedAnswersFalse) {
   std::vector<std::string> uris = masters.uris();
   uris.push_back("redis://127.0.0.1:1");  // never connects: the waits below cannot be met
   options.masters = uris;
-  // The state letter of thread `tid` of this process (/proc: 'S' while it sleeps in a wait).
-  const auto state_of = [](pid_t tid) {
-    std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
-    const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const auto paren = text.rfind(") ");
-    return paren == std::string::npos || paren + 2 >= text.size() ? '?' : text[paren + 2];
-  };
   for (int round = 0; round < 5; ++round) {
     auto client = std::make_unique<Client>(options);
     std::promise<bool> answered;
@@ -136,7 +150,7 @@ TEST(AsyncTest, WaitConnectedWhileTheClientIsDestroyedAnswersFalse) {
     // Destroyed only once the waiter sleeps inside wait_connected: after a fixed 20 ms, a waiter
     // that started late on a loaded machine called into the destroyed Client (a SEGFAULT seen
     // once in a full-suite run).
-    ASSERT_TRUE(eventually([&] { return waiter_tid.load() != 0 && state_of(waiter_tid.load()) == 'S'; }, 5s));
+    ASSERT_TRUE(eventually([&] { return waiter_tid.load() != 0 && thread_state(waiter_tid.load()) == 'S'; }, 5s));
     client.reset();
     auto answer = answered.get_future();
     ASSERT_EQ(answer.wait_for(5s), std::future_status::ready) << "round " << round << ": wait_connected still blocked";
@@ -153,6 +167,18 @@ std::string how_it_ended(pid_t child) {
   return "exit " + std::to_string(WEXITSTATUS(status));
 }
 
+// Runs `in_child` in a child of fork() and says how the child ended: "exit 0" if it returned
+// true, "killed by signal 14" if it hung for 10 s.
+std::string in_a_child(const std::function<bool()>& in_child) {
+  const pid_t child = ::fork();
+  if (child < 0) return std::string("fork: ") + std::strerror(errno);
+  if (child == 0) {
+    ::alarm(10);  // a hang in here ends the child with SIGALRM
+    ::_exit(in_child() ? 0 : 1);
+  }
+  return how_it_ended(child);
+}
+
 // fork() with a live Client: the child gets a copy of its memory but not its loop thread, and
 // shares the parent's epoll instance. A child that destroyed its copy took the parent's sockets
 // and wake-up eventfd out of that instance: the parent's next call never returned (review).
@@ -163,16 +189,10 @@ TEST(AsyncTest, AChildOfForkLeavesTheParentsClientWorking) {
   ASSERT_TRUE(client->wait_connected(3, 5s));
   const Result held = client->acquire("forked");
   ASSERT_TRUE(held) << format_result(held);
-  // Runs `in_child` in a child of fork() and returns how the child ended.
-  const auto in_a_child = [](const std::function<bool()>& in_child) -> std::string {
-    const pid_t child = ::fork();
-    if (child < 0) return std::string("fork: ") + std::strerror(errno);
-    if (child == 0) {
-      ::alarm(10);  // a hang in here ends the child with SIGALRM
-      ::_exit(in_child() ? 0 : 1);
-    }
-    return how_it_ended(child);
-  };
+  // Each fork made while the loop thread sleeps in its poll: under ASan (GCC 12's libasan) a
+  // child's malloc waits for ever on an allocator mutex another thread held at the fork (gdb,
+  // in the test below), which no library can help; the library's own mutexes are that test's.
+  ASSERT_TRUE(eventually(other_threads_asleep));
   // A child that only lets its copy be destroyed (as `exit` from main would).
   EXPECT_EQ(in_a_child([&] {
               client.reset();
@@ -188,12 +208,59 @@ TEST(AsyncTest, AChildOfForkLeavesTheParentsClientWorking) {
   EXPECT_EQ(result.outcome, Outcome::released) << format_result(result);
   // A child that calls: cancelled at once, saying why (it waited for ever for a loop thread
   // the child does not have).
+  ASSERT_TRUE(eventually(other_threads_asleep));
   EXPECT_EQ(in_a_child([&] {
               const Result in_child = client->acquire("forked-child");
               return in_child.outcome == Outcome::cancelled && in_child.message.find("fork") != std::string::npos;
             }),
             "exit 0");
   EXPECT_TRUE(client->acquire("after-fork")) << "the parent's Client stopped working after its children";
+}
+
+// Children forked while the parent's loop thread makes and frees operations, rounds and lock
+// states all along: a child that calls is answered cancelled, however the fork fell. The loop
+// thread gives those back to the Client's pools under a mutex; a fork made while it held one
+// left the child waiting for ever on its copy (a clean-clone CI run: the test above's child,
+// killed by its alarm; here 2 and 4 of the 1,000 children in 2 runs, dev build, before
+// BlockCache left its mutex alone in a child).
+TEST(AsyncTest, AChildForkedWhileTheLoopFreesOperationsIsAnsweredCancelled) {
+  // GCC 12's libasan takes no allocator lock around fork(): a child's malloc waited for ever on
+  // the mutex of a size class the loop thread held (gdb: SizeClassAllocator64::GetFromAllocator;
+  // 2 children in about 7,000 with this fix).
+  if (kUnderAsan) GTEST_SKIP() << "the ASan allocator is not fork-safe: a child's malloc can wait for ever";
+  RedisServerGroup masters(3);
+  auto client = std::make_unique<Client>(options_for(masters));
+  ASSERT_TRUE(client->wait_connected(3, 5s));
+  // Chains of acquire then release, each starting again from its release's callback.
+  std::atomic<bool> stop{false};
+  std::atomic<int> chains{0};
+  std::function<void(int)> cycle = [&](int chain) {
+    if (stop.load()) {
+      --chains;
+      return;
+    }
+    client->acquire_async("churn-" + std::to_string(chain), [&, chain](Result acquired) {
+      if (!acquired.lock) return cycle(chain);
+      client->release_async(*acquired.lock, [&, chain](Result) { cycle(chain); });
+    });
+  };
+  for (int chain = 0; chain < 16; ++chain) {
+    ++chains;
+    cycle(chain);
+  }
+  std::vector<std::string> hung;
+  for (int child = 0; child < 1000; ++child) {
+    const std::string how = in_a_child([&] {
+      const Result in_child = client->acquire("forked-child");
+      return in_child.outcome == Outcome::cancelled && in_child.message.find("fork") != std::string::npos;
+    });
+    if (how != "exit 0") hung.push_back("child " + std::to_string(child) + ": " + how);
+  }
+  stop = true;
+  EXPECT_TRUE(eventually([&] { return chains.load() == 0; }, 10s));
+  EXPECT_TRUE(hung.empty()) << hung.size() << " of 1000 children, the first " << (hung.empty() ? "" : hung.front());
+  EXPECT_TRUE(client->acquire("after-forks")) << "the parent's Client stopped working after its children";
+  client.reset();  // before `cycle`: a chain cancelled by the shutdown still calls it
 }
 
 // A fork() inside a callback on the Client's own loop thread, the child returning into the
@@ -850,12 +917,7 @@ TEST(AsyncTest, RepliesWaitingWhileTheLoopWasHeldAreNotAStall) {
     // the third's connection may still be in its handshake, its SET held until it is ready; the
     // masters frozen then, the test's SET was held too, and never written, as the loop is not run
     // after the thaw (a clean-clone CI run under load: not on all three within 5 s).
-    const auto all_on = [&](const std::string& key) {
-      for (std::size_t i = 0; i < masters.size(); ++i) {
-        if (!get(masters[i], key)) return false;
-      }
-      return true;
-    };
+    const auto all_on = [&](const std::string& key) { return with_key(masters, key) == masters.size(); };
     const auto warm_until = std::chrono::steady_clock::now() + 5s;
     while (!all_on("redlock:warm-up") && std::chrono::steady_clock::now() < warm_until) {
       uv_run(&loop, UV_RUN_NOWAIT);

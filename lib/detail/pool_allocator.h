@@ -10,6 +10,12 @@
 // more for the synchronized one, against glibc malloc's thread cache at a fraction of that;
 // a free list costs a few dozen.) It holds at most `capacity` blocks beyond those in use.
 //
+// In a child of a fork() made after the cache was, the mutex is never taken: the parent's
+// loop thread may have held it at the fork, and the child's next operation then waited for
+// ever (a clean-clone CI run; AsyncTest.AChildForkedWhileTheLoopFreesOperationsIsAnswered
+// Cancelled). There every block goes to and comes from the heap; the free list is left as
+// the fork found it.
+//
 // PoolAllocator is the allocator for std::allocate_shared over such a resource. Every
 // allocation keeps the resource alive (the shared_ptr's control block holds a copy of the
 // allocator), because what is made may outlive its maker: a Round waits in its connections'
@@ -22,12 +28,15 @@
 #include <mutex>
 #include <vector>
 
+#include "detail/fork_generation.h"
+
 namespace redlock::detail {
 
 class BlockCache final : public std::pmr::memory_resource {
  public:
   explicit BlockCache(std::size_t capacity) : capacity_(capacity) { free_.reserve(capacity_); }
   ~BlockCache() override {
+    if (fork_generation() != generation_) return;  // the parent's list: left as it is
     for (void* block : free_) heap()->deallocate(block, size_, kAlign);
   }
   BlockCache(const BlockCache&) = delete;
@@ -37,8 +46,13 @@ class BlockCache final : public std::pmr::memory_resource {
   static constexpr std::size_t kAlign = alignof(std::max_align_t);
   static std::pmr::memory_resource* heap() noexcept { return std::pmr::new_delete_resource(); }
 
+  // The free list is this process's (detail/fork_generation.h).
+  [[nodiscard]] bool pooled(std::size_t align) const noexcept {
+    return align <= kAlign && fork_generation() == generation_;
+  }
+
   void* do_allocate(std::size_t bytes, std::size_t align) override {
-    if (align <= kAlign) {
+    if (pooled(align)) {
       const std::lock_guard lock(mutex_);
       if (size_ == 0) size_ = bytes;  // the first size asked for is the one served
       if (bytes == size_ && !free_.empty()) {
@@ -51,7 +65,7 @@ class BlockCache final : public std::pmr::memory_resource {
   }
 
   void do_deallocate(void* block, std::size_t bytes, std::size_t align) override {
-    if (align <= kAlign) {
+    if (pooled(align)) {
       const std::lock_guard lock(mutex_);
       if (bytes == size_ && free_.size() < capacity_) {
         free_.push_back(block);  // (reserved: no allocation here)
@@ -64,6 +78,7 @@ class BlockCache final : public std::pmr::memory_resource {
   bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override { return this == &other; }
 
   const std::size_t capacity_;
+  const std::uint64_t generation_ = fork_generation();
   std::mutex mutex_;
   std::size_t size_ = 0;
   std::vector<void*> free_;
