@@ -209,9 +209,7 @@ OperationId ClientImpl::submit(std::shared_ptr<Operation> op) {
     const std::shared_ptr<Operation> refused = std::exchange(raw->in_transit, nullptr);
     Result result;
     result.outcome = Outcome::cancelled;
-    result.message = forked() ? "this Client was made before a fork(): it belongs to the parent process; make a new "
-                                "Client in this one"
-                              : "the client is shutting down";
+    result.message = forked() ? kMadeBeforeFork : "the client is shutting down";
     call_user(refused->done, std::move(result));
   }
   return id;

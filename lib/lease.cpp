@@ -512,27 +512,53 @@ Lease Client::keep(Lock lock, LeaseOptions options) {
   return Lease(detail::LeaseCore::keep(*impl_, std::move(lock), options));
 }
 
+namespace {
+
+// The lease's core, unless there is none or it is its parent's (detail::LeaseCore::forked): in
+// a child of a fork() a Lease kept before it holds nothing, and its destructor touches nothing.
+detail::LeaseCore* here(const std::shared_ptr<detail::LeaseCore>& core) noexcept {
+  return core && !core->forked() ? core.get() : nullptr;
+}
+
+}  // namespace
+
 Lease::~Lease() {
-  if (core_) core_->release(nullptr);
+  if (auto* core = here(core_)) core->release(nullptr);
 }
 
 Lease& Lease::operator=(Lease&& other) noexcept {
   if (this != &other) {
-    if (core_) core_->release(nullptr);
+    if (auto* core = here(core_)) core->release(nullptr);
     core_ = std::move(other.core_);
   }
   return *this;
 }
 
-Lease::operator bool() const noexcept { return core_ && core_->active() && !core_->lost(); }
-bool Lease::lost() const noexcept { return core_ && core_->lost(); }
-std::optional<LossReason> Lease::loss() const { return core_ ? core_->loss() : std::nullopt; }
-std::stop_token Lease::stop_token() const noexcept { return core_ ? core_->stop_token() : std::stop_token{}; }
-Lock Lease::lock() const { return core_ ? core_->lock() : Lock{}; }
+Lease::operator bool() const noexcept {
+  auto* core = here(core_);
+  return core && core->active() && !core->lost();
+}
+bool Lease::lost() const noexcept {
+  auto* core = here(core_);
+  return core && core->lost();
+}
+std::optional<LossReason> Lease::loss() const {
+  auto* core = here(core_);
+  return core ? core->loss() : std::nullopt;
+}
+std::stop_token Lease::stop_token() const noexcept {
+  auto* core = here(core_);
+  return core ? core->stop_token() : std::stop_token{};
+}
+Lock Lease::lock() const {
+  auto* core = here(core_);
+  return core ? core->lock() : Lock{};
+}
 std::chrono::steady_clock::time_point Lease::deadline() const { return lock().deadline; }
 
 Result Lease::release() {
   if (!core_) return detail::refused(Outcome::invalid_argument, "release() of a Lease that holds nothing");
+  if (core_->forked()) return detail::refused(Outcome::cancelled, detail::kMadeBeforeFork);
   if (core_->on_loop_thread()) {
     throw UsageError("Lease::release() on the client's loop thread would wait for itself forever; use release_async");
   }
@@ -545,6 +571,10 @@ Result Lease::release() {
 void Lease::release_async(Callback done) {
   if (!core_) {
     detail::call_user(done, detail::refused(Outcome::invalid_argument, "release of a Lease that holds nothing"));
+    return;
+  }
+  if (core_->forked()) {
+    detail::call_user(done, detail::refused(Outcome::cancelled, detail::kMadeBeforeFork));
     return;
   }
   core_->release(std::move(done));

@@ -159,26 +159,6 @@ TEST(AsyncTest, WaitConnectedWhileTheClientIsDestroyedAnswersFalse) {
   }
 }
 
-// Waits for `child` and says how it ended: "exit N" or "killed by signal N".
-std::string how_it_ended(pid_t child) {
-  int status = 0;
-  if (::waitpid(child, &status, 0) != child) return std::string("waitpid: ") + std::strerror(errno);
-  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
-  return "exit " + std::to_string(WEXITSTATUS(status));
-}
-
-// Runs `in_child` in a child of fork() and says how the child ended: "exit 0" if it returned
-// true, "killed by signal 14" if it hung for 10 s.
-std::string in_a_child(const std::function<bool()>& in_child) {
-  const pid_t child = ::fork();
-  if (child < 0) return std::string("fork: ") + std::strerror(errno);
-  if (child == 0) {
-    ::alarm(10);  // a hang in here ends the child with SIGALRM
-    ::_exit(in_child() ? 0 : 1);
-  }
-  return how_it_ended(child);
-}
-
 // fork() with a live Client: the child gets a copy of its memory but not its loop thread, and
 // shares the parent's epoll instance. A child that destroyed its copy took the parent's sockets
 // and wake-up eventfd out of that instance: the parent's next call never returned (review).

@@ -4,11 +4,15 @@
 
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -86,6 +90,26 @@ class ForkedChildren {
  private:
   std::vector<pid_t> pids_;
 };
+
+// Waits for `child` and says how it ended: "exit N" or "killed by signal N".
+inline std::string how_it_ended(pid_t child) {
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child) return std::string("waitpid: ") + std::strerror(errno);
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "exit " + std::to_string(WEXITSTATUS(status));
+}
+
+// Runs `in_child` in a child of fork() and says how the child ended: "exit 0" if it returned
+// true, "killed by signal 14" if it hung for 10 s.
+inline std::string in_a_child(const std::function<bool()>& in_child) {
+  const pid_t child = ::fork();
+  if (child < 0) return std::string("fork: ") + std::strerror(errno);
+  if (child == 0) {
+    ::alarm(10);  // a hang in here ends the child with SIGALRM
+    ::_exit(in_child() ? 0 : 1);
+  }
+  return how_it_ended(child);
+}
 
 // One field of one command's line in the master's INFO commandstats (`command` in lower case,
 // as INFO names it; field "calls", "rejected_calls", ...): 0 when the command has not run since

@@ -113,6 +113,9 @@ struct LeaseOptions {
 };
 
 // Move-only handle on a lease: destroying it stops renewal and releases.
+// fork(): a Lease belongs to the process that kept it (its Client's, which renews it). In a
+// child it holds nothing: false, no loss, a default lock(), release() answers `cancelled`
+// saying why, and its destructor touches nothing; the parent keeps the lease.
 class Lease {
  public:
   Lease() = default;  // holds nothing

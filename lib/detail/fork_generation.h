@@ -18,4 +18,8 @@ namespace redlock::detail {
 // pthread_atfork handler, registered by the first call). One atomic load.
 [[nodiscard]] std::uint64_t fork_generation() noexcept;
 
+// What a call in a child gets, from a Client or a Lease made before the fork (cancelled).
+inline constexpr char kMadeBeforeFork[] =
+    "this Client was made before a fork(): it belongs to the parent process; make a new Client in this one";
+
 }  // namespace redlock::detail
