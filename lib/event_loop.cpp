@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -240,7 +241,14 @@ void EventLoop::arm_timer() {
   const std::uint64_t next = timers_.begin()->first.first;
   const std::uint64_t now = now_ns();
   const std::uint64_t wait_ns = next > now ? next - now : 0;
-  const std::uint64_t wait_ms = (wait_ns + 999'999) / 1'000'000;
+  std::uint64_t wait_ms = (wait_ns + 999'999) / 1'000'000;
+  // Armed from a pass of the timers (its end, or a task of it scheduling): at least 1 ms, so
+  // that what the pass scheduled runs after the next poll. libuv before 1.48 runs a timer
+  // started with 0 from its own callback again at once, before the poll: a stall check looking
+  // again for replies once the loop had read them found none read, and dropped masters whose
+  // replies waited in their sockets (EventLoopTest.ATaskScheduledDuringAPassForAPassedMoment
+  // RunsAfterThePoll). The poll waits at most that millisecond for the overdue task.
+  if (in_timer_pass_) wait_ms = std::max<std::uint64_t>(wait_ms, 1);
   uv_timer_start(timer_.get(), &EventLoop::on_timer, wait_ms, 0);
   armed_for_ = next;
 }
@@ -249,7 +257,9 @@ void EventLoop::on_timer(uv_timer_t* handle) {
   auto* self = static_cast<EventLoop*>(handle->data);
   self->note_loop_thread();
   self->armed_for_ = 0;
+  self->in_timer_pass_ = true;
   self->run_timers();
+  self->in_timer_pass_ = false;
 }
 
 void EventLoop::run_timers() {

@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace redlock::detail {
@@ -95,6 +96,33 @@ TEST(EventLoopTest, ATaskScheduledDuringAPassDoesNotHoldBackTheOlderTasksDueInIt
   auto result = done.get_future();
   ASSERT_EQ(result.wait_for(10s), std::future_status::ready);
   EXPECT_EQ(result.get(), "TAN");
+  ASSERT_TRUE(loop.post([&] { loop.close(); }));
+  loop.join();
+}
+
+// A task scheduled during a pass, for a moment that has passed by the time the pass ends, runs
+// after the loop's next poll, not in the same phase of the timers: libuv before 1.48 runs a
+// timer started with a timeout of 0 from its own callback again at once. The stall check
+// relies on this: it looks again for a reply once the loop has read (Connection::check_stall);
+// run before the poll, it dropped masters whose replies waited in their sockets (a clean-clone
+// CI run under ASan: "no reply for 2609 ms" from AsyncTest.RepliesWaitingWhileTheLoopWasHeld
+// AreNotAStall, on a pass that took over a millisecond).
+TEST(EventLoopTest, ATaskScheduledDuringAPassForAPassedMomentRunsAfterThePoll) {
+  EventLoop loop(nullptr);
+  std::promise<std::pair<std::uint64_t, std::uint64_t>> done;  // polls before A and before B
+  ASSERT_TRUE(loop.post([&] {
+    loop.schedule_at(now_ns(), [&] {
+      const std::uint64_t polls_at_a = loop.passes();
+      loop.schedule_at(now_ns() + 100'000, [&, polls_at_a] { done.set_value({polls_at_a, loop.passes()}); });
+      const std::uint64_t busy_until = now_ns() + 2'000'000;  // a pass longer than a millisecond
+      while (now_ns() < busy_until) {
+      }
+    });
+  }));
+  auto result = done.get_future();
+  ASSERT_EQ(result.wait_for(10s), std::future_status::ready);
+  const auto [polls_at_a, polls_at_b] = result.get();
+  EXPECT_GT(polls_at_b, polls_at_a) << "the task ran in the pass that scheduled it, before any poll";
   ASSERT_TRUE(loop.post([&] { loop.close(); }));
   loop.join();
 }

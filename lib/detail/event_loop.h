@@ -146,6 +146,7 @@ class EventLoop {
   std::vector<std::pair<std::uint64_t, TimerId>> due_;  // run_timers(): the pass's keys (capacity kept)
   TimerId next_timer_id_ = 1;
   std::uint64_t armed_for_ = 0;  // deadline the uv timer is set for; 0 = not armed
+  bool in_timer_pass_ = false;   // on_timer is running the pass (arm_timer waits at least 1 ms)
   std::vector<Task> before_poll_;
   std::uint64_t passes_ = 0;  // bumped before every poll (on_prepare)
   std::vector<Task> after_io_;
