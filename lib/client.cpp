@@ -133,7 +133,9 @@ bool ClientImpl::granted_here(const Lock& lock) const noexcept {
 }
 
 std::chrono::microseconds ClientImpl::remaining(const Lock& lock) const {
-  if (given_up(lock)) return std::chrono::microseconds{0};
+  // In a child of a fork(), every lock of this Client is the parent's (review 71: a child saw
+  // the parent's validity count down, and could act as the holder).
+  if (forked() || given_up(lock)) return std::chrono::microseconds{0};
   const auto deadline = deadline_of(lock);
   const auto now = clock().now();
   if (deadline <= now) return std::chrono::microseconds{0};

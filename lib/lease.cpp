@@ -105,7 +105,10 @@ std::shared_ptr<LeaseCore> LeaseCore::keep(ClientImpl& client, Lock lock, const 
 }
 
 LeaseCore::LeaseCore(ClientImpl& client, Lock lock, LeaseSettings settings)
-    : settings_(std::move(settings)), client_(&client), lock_(std::move(lock)) {}
+    : settings_(std::move(settings)),
+      generation_(client.loop().generation()),
+      client_(&client),
+      lock_(std::move(lock)) {}
 
 std::optional<LossReason> LeaseCore::loss() const {
   const std::lock_guard guard(mutex_);

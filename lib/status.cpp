@@ -413,7 +413,9 @@ void ClientImpl::status_async(std::optional<std::string> resource, StatusCallbac
   });
   if (!posted) {
     FleetStatus status;
-    status.reason = "the client is shutting down";
+    status.size = size();
+    status.quorum = quorum();
+    status.reason = forked() ? kMadeBeforeFork : "the client is shutting down";
     try {
       if (*shared_done) (*shared_done)(std::move(status));
     } catch (...) {

@@ -32,25 +32,6 @@
 namespace redlock::testing {
 namespace {
 
-// The state letter of thread `tid` of this process (/proc: 'S' while it sleeps in a wait).
-char thread_state(pid_t tid) {
-  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
-  const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const auto paren = text.rfind(") ");
-  return paren == std::string::npos || paren + 2 >= text.size() ? '?' : text[paren + 2];
-}
-
-// Every thread of this process but the caller sleeps in a wait (a Client's loop thread: in
-// its poll, holding no lock).
-bool other_threads_asleep() {
-  const auto self = static_cast<pid_t>(::syscall(SYS_gettid));
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    const auto tid = static_cast<pid_t>(std::stol(task.path().filename().string()));
-    if (tid != self && thread_state(tid) != 'S') return false;
-  }
-  return true;
-}
-
 // Options for a lock that outlives the test (ttl 60 s), so that a key left behind shows; on
 // the caller's `loop` when given.
 ClientOptions lasting_options(const RedisServerGroup& masters, uv_loop_t* loop = nullptr) {

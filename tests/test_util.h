@@ -2,6 +2,7 @@
 // Shared helpers for tests that run against real redis-server processes.
 #pragma once
 
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,7 +13,10 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -90,6 +94,25 @@ class ForkedChildren {
  private:
   std::vector<pid_t> pids_;
 };
+
+// The state letter of thread `tid` of this process (/proc: 'S' while it sleeps in a wait).
+inline char thread_state(pid_t tid) {
+  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
+  const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(") ");
+  return paren == std::string::npos || paren + 2 >= text.size() ? '?' : text[paren + 2];
+}
+
+// Every thread of this process but the caller sleeps in a wait (a Client's loop thread: in
+// its poll, holding no lock).
+inline bool other_threads_asleep() {
+  const auto self = static_cast<pid_t>(::syscall(SYS_gettid));
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    const auto tid = static_cast<pid_t>(std::stol(task.path().filename().string()));
+    if (tid != self && thread_state(tid) != 'S') return false;
+  }
+  return true;
+}
 
 // Waits for `child` and says how it ended: "exit N" or "killed by signal N".
 inline std::string how_it_ended(pid_t child) {

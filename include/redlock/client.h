@@ -74,15 +74,18 @@ class Client {
   // once and its memory is freed on the loop's next iteration.
   // fork(): a Client belongs to the process that made it (its loop thread and sockets stay
   // there). In a child its calls answer `cancelled` at once (blocking ones included; Mutex
-  // throws LockError; a Lease holds nothing there) and its destructor frees and closes
-  // nothing, so the parent's Client keeps working; make a new Client in the child. (Built
-  // with GCC 12's ASan, a child's malloc itself can wait for ever: that allocator is not
-  // fork-safe.) A child forked inside a callback on the Client's own loop thread must exec or
-  // _exit there: returning into the loop ends it with status 70 (that loop runs on
-  // descriptors it shares with the parent). With a caller's loop (ClientOptions::loop), a
-  // child that keeps running that loop (uv_loop_fork) would run this Client's handles on the
-  // parent's sockets: destroy the Client before forking such children, or make Clients in
-  // them after the fork.
+  // throws LockError), remaining() is 0 for every Lock, a Lease, Mutex or LockGuard holds
+  // nothing there (redlock/lease.h, redlock/mutex.h), and its destructor frees and closes
+  // nothing, so the parent's Client keeps working; make a new Client in the child. Limits: a
+  // child of a process whose Clients resolved a host name (masters not given as addresses)
+  // must end with _exit or exec, not exit(): libuv's exit handler joins its resolver threads,
+  // which the child does not have, and crashes (libuv issue 4443). Built with GCC 12's ASan, a
+  // child's malloc itself can wait for ever (that allocator is not fork-safe). A child forked
+  // inside a callback on the Client's own loop thread must exec or _exit there: returning into
+  // the loop ends it with status 70 (that loop runs on descriptors it shares with the
+  // parent). With a caller's loop (ClientOptions::loop), a child that keeps running that loop
+  // (uv_loop_fork) would run this Client's handles on the parent's sockets: destroy the Client
+  // before forking such children, or make Clients in them after the fork.
   ~Client();
 
   Client(const Client&) = delete;

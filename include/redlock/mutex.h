@@ -15,10 +15,18 @@
 // last_result().
 //
 // redlock::LockGuard is the RAII form for a single acquire attempt with retries.
+//
+// fork(): a Mutex or LockGuard made before it is the parent's. In the child it holds nothing:
+// owns_lock() false, held() and lock() empty, remaining() zero, lost() false; its destructor
+// releases nothing, and lock() throws LockError (the Client answers `cancelled` there). A
+// std::stop_callback registered before the fork on stop_token() must not be destroyed in the
+// child (_exit, or leave it): libstdc++'s destructor waits for a callback the parent's loop
+// thread may have been running, and no such thread exists there.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <stop_token>
@@ -99,6 +107,7 @@ class Mutex {
   const std::string resource_;
   const AcquireOptions options_;
   const std::optional<LeaseOptions> renew_;
+  const std::uint64_t generation_;  // detail::fork_generation() when made (see fork() above)
   // Serialises this process's threads before they go to Redis. A flag under a mutex and a
   // condition variable rather than std::timed_mutex: ThreadSanitizer does not see
   // pthread_mutex_clocklock, which timed_mutex::try_lock_until uses.
@@ -132,11 +141,11 @@ class LockGuard {
   LockGuard(const LockGuard&) = delete;
   LockGuard& operator=(const LockGuard&) = delete;
 
-  [[nodiscard]] bool owns_lock() const noexcept { return lock_.has_value(); }
+  [[nodiscard]] bool owns_lock() const noexcept;
   explicit operator bool() const noexcept { return owns_lock(); }
   // The acquire's Result (or the release's, after release()).
   [[nodiscard]] const Result& result() const noexcept { return result_; }
-  [[nodiscard]] const std::optional<Lock>& lock() const noexcept { return lock_; }
+  [[nodiscard]] const std::optional<Lock>& lock() const noexcept;
   // Releases now instead of at scope exit. Returns the release's Result.
   const Result& release() noexcept;
 
@@ -144,6 +153,7 @@ class LockGuard {
   Client& client_;
   std::optional<Lock> lock_;
   Result result_;
+  const std::uint64_t generation_;  // detail::fork_generation() when made (see fork() above)
 };
 
 }  // namespace redlock

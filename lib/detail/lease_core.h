@@ -68,9 +68,10 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   // Runs `task` on the Client's loop; false when the Client is gone or closing.
   bool post(EventLoop::Task task);
   [[nodiscard]] bool on_loop_thread() const;
-  // This process is a child of a fork() made after the lease was kept: the lease is the
+  // This process is a child of a fork() made after the lease's Client was: the lease is the
   // parent's, and nothing of it may be touched here (the parent's loop thread may have held
   // mutex_ at the fork; the child then waited for ever). Lease answers as if it held nothing.
+  // (A lease kept in the child on such a Client is the parent's too: nothing renews it here.)
   [[nodiscard]] bool forked() const noexcept { return fork_generation() != generation_; }
 
   // Loop thread. start(): the Client registered it (arms the timers, hooks the restart guard).
@@ -96,7 +97,7 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   [[nodiscard]] ClientImpl* client() const;
 
   const LeaseSettings settings_;
-  const std::uint64_t generation_ = fork_generation();
+  const std::uint64_t generation_;  // the Client's loop's (EventLoop::generation)
   std::stop_source stop_;
   std::atomic<bool> lost_{false};
   std::atomic<bool> stopped_{false};  // released, or the Client gone
