@@ -319,6 +319,7 @@ class Connection {
   EventLoop::TimerId reconnect_timer_ = 0;
   EventLoop::TimerId stall_timer_ = 0;
   bool looked_again_ = false;      // the stall check looked again for unread bytes since the last answer
+  std::uint64_t looked_at_pass_ = 0;  // EventLoop::passes() when it did (it counts after a poll)
   std::uint64_t answered_ns_ = 0;  // loop time of the last reply to a command read (the stall check)
   // pace_reads: replies read since the last read's end, and the loop time this pass's reads have
   // taken beyond what their replies paid for.
