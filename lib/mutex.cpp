@@ -61,11 +61,6 @@ void refuse_on_loop_thread(const Client& client, const char* call) {
   }
 }
 
-// This process is a child of a fork() made after the object of `generation` was: what it
-// holds is the parent's (redlock/mutex.h). A child was told it owned the parent's lock, and
-// remaining() counted down its validity there (review 71: two processes in the section).
-bool made_before_fork(std::uint64_t generation) noexcept { return detail::fork_generation() != generation; }
-
 }  // namespace
 
 Mutex::Mutex(Client& client, std::string resource, AcquireOptions options, std::optional<LeaseOptions> renew)
@@ -223,13 +218,13 @@ bool Mutex::extend(std::optional<Milliseconds> ttl) {
 }
 
 bool Mutex::owns_lock() const {
-  if (made_before_fork(generation_)) return false;
+  if (detail::made_before_fork(generation_)) return false;
   const std::lock_guard guard(state_mutex_);
   return held_.has_value();
 }
 
 std::optional<Lock> Mutex::held() const {
-  if (made_before_fork(generation_)) return std::nullopt;
+  if (detail::made_before_fork(generation_)) return std::nullopt;
   const std::lock_guard guard(state_mutex_);
   if (held_ && !lease_.lock().token.empty()) return lease_.lock();  // as of its last renewal
   return held_;
@@ -241,7 +236,7 @@ std::stop_token Mutex::stop_token() const {
 }
 
 bool Mutex::lost() const {
-  if (made_before_fork(generation_)) return false;
+  if (detail::made_before_fork(generation_)) return false;
   const std::lock_guard guard(state_mutex_);
   // Without renew, the held Lock's own mark (a restarted majority, or an extend that found the
   // key gone on a quorum); with it, the lease's loss, which includes that mark.
@@ -268,11 +263,11 @@ LockGuard::LockGuard(Client& client, std::string_view resource, AcquireOptions o
 
 LockGuard::~LockGuard() { release(); }
 
-bool LockGuard::owns_lock() const noexcept { return lock_.has_value() && !made_before_fork(generation_); }
+bool LockGuard::owns_lock() const noexcept { return lock_.has_value() && !detail::made_before_fork(generation_); }
 
 const std::optional<Lock>& LockGuard::lock() const noexcept {
   static const std::optional<Lock> none;
-  return made_before_fork(generation_) ? none : lock_;
+  return detail::made_before_fork(generation_) ? none : lock_;
 }
 
 const Result& LockGuard::release() noexcept {

@@ -46,7 +46,7 @@ class EventLoop {
   [[nodiscard]] bool in_loop_thread() const noexcept;
   // This process is a child of a fork() made after the loop was (detail/fork_generation.h):
   // post() refuses everything, and the loop must be left alone (its owner leaks it).
-  [[nodiscard]] bool forked() const noexcept { return fork_generation() != generation_; }
+  [[nodiscard]] bool forked() const noexcept { return made_before_fork(generation_); }
   [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
   // A child of fork() made on this loop's own thread (in a callback) is about to return into
   // the loop, whose epoll instance, eventfd and sockets it shares with the parent: running it

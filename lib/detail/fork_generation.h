@@ -18,6 +18,14 @@ namespace redlock::detail {
 // pthread_atfork handler, registered by the first call). One atomic load.
 [[nodiscard]] std::uint64_t fork_generation() noexcept;
 
+// True in a child of a fork() made after fork_generation() returned `generation`: whatever
+// was made then (a loop, a pool, a lease, a Mutex) is the parent's: a child was told it owned
+// the parent's lock, and remaining() counted down its validity there (review 71: two
+// processes in one critical section).
+[[nodiscard]] inline bool made_before_fork(std::uint64_t generation) noexcept {
+  return fork_generation() != generation;
+}
+
 // What a call in a child gets, from a Client or a Lease made before the fork (cancelled).
 inline constexpr char kMadeBeforeFork[] =
     "this Client was made before a fork(): it belongs to the parent process; make a new Client in this one";

@@ -72,7 +72,7 @@ class LeaseCore : public std::enable_shared_from_this<LeaseCore> {
   // parent's, and nothing of it may be touched here (the parent's loop thread may have held
   // mutex_ at the fork; the child then waited for ever). Lease answers as if it held nothing.
   // (A lease kept in the child on such a Client is the parent's too: nothing renews it here.)
-  [[nodiscard]] bool forked() const noexcept { return fork_generation() != generation_; }
+  [[nodiscard]] bool forked() const noexcept { return made_before_fork(generation_); }
 
   // Loop thread. start(): the Client registered it (arms the timers, hooks the restart guard).
   // client_gone(): the Client is shutting down: stop, request stop, never touch it again.

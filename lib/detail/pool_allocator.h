@@ -36,7 +36,7 @@ class BlockCache final : public std::pmr::memory_resource {
  public:
   explicit BlockCache(std::size_t capacity) : capacity_(capacity) { free_.reserve(capacity_); }
   ~BlockCache() override {
-    if (fork_generation() != generation_) return;  // the parent's list: left as it is
+    if (made_before_fork(generation_)) return;  // the parent's list: left as it is
     for (void* block : free_) heap()->deallocate(block, size_, kAlign);
   }
   BlockCache(const BlockCache&) = delete;
@@ -48,7 +48,7 @@ class BlockCache final : public std::pmr::memory_resource {
 
   // The free list is this process's (detail/fork_generation.h).
   [[nodiscard]] bool pooled(std::size_t align) const noexcept {
-    return align <= kAlign && fork_generation() == generation_;
+    return align <= kAlign && !made_before_fork(generation_);
   }
 
   void* do_allocate(std::size_t bytes, std::size_t align) override {
