@@ -58,7 +58,15 @@ void wipe_two_then_acquire(const std::vector<std::string>& wipe) {
     EXPECT_NE(stolen.masters[i].status, MasterStatus::ok) << format_result(stolen);
     if (stolen.masters[i].status == MasterStatus::pending) continue;  // decided before it answered
     EXPECT_EQ(stolen.masters[i].status, MasterStatus::not_counted) << format_result(stolen);
-    EXPECT_NE(stolen.masters[i].error.find("keyspace replaced (mark changed)"), std::string::npos)
+    // Said by B's acquire (its script found the mark gone), or, when B's once-a-second read of
+    // the mark came between the wipe and the acquire, by the guard: the read saw the mark
+    // changed and B learned it again; if B's relearn created the new mark (before A's), the
+    // guard says "mark absent" and the acquire, sent with the new mark, is granted there and
+    // not counted. (A clean-clone-like TSan suite run: "keyspace mark absent" on both wiped
+    // masters; with a 1.1 s sleep before the acquire, the SWAPDB wipe failed so, the other three not.)
+    const std::string& why = stolen.masters[i].error;
+    EXPECT_TRUE(why.find("keyspace replaced (mark changed)") != std::string::npos ||
+                why.find("keyspace mark absent") != std::string::npos)
         << format_result(stolen);
   }
   // Both wiped masters have their mark again (B learned it anew), and nothing of B's is left.
