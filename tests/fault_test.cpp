@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -354,6 +356,16 @@ long long FaultTest::owed_keys_left_after_a_spell_under_a_slow_backlog(bool slow
   end_busy(masters_[0], busy, 300ms);
   (void)eventually([&] { return owed_keys_on_master_0() == 0; }, 3s);
   const long long left = owed_keys_on_master_0();
+  if (left > 0) {
+    // Late or lost? Lost keys stay for their 30 s ttl; late ones go within seconds. (An ASan
+    // suite run at -j3, 6 x slower than alone, left 19 of 50 at 3 s once; 0 of 36 runs of the
+    // three tests beside two CPU hogs and two more copies did.)
+    const auto waited_from = std::chrono::steady_clock::now();
+    (void)eventually([&] { return owed_keys_on_master_0() == 0; }, 15s);
+    std::fprintf(stderr, "%lld of 50 released keys left on master 0 at 3 s; %lld left %.1f s later\n", left,
+                 owed_keys_on_master_0(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - waited_from).count());
+  }
   stop = true;
   load.join();
   slow = false;
