@@ -63,6 +63,9 @@ struct Incarnation {
   // Moves whenever `mark` does (an acquire answered "mark changed" tells news only if it was
   // sent with the mark still known: MasterSet::mark_changed).
   std::uint32_t mark_generation = 0;
+  // The mark was known and then forgotten (keys replaced, or unreadable): whatever mark is
+  // learned next, created or found, is learned at an unknown time after that.
+  bool mark_lost = false;
 };
 
 class RestartGuard {
@@ -101,6 +104,7 @@ class RestartGuard {
   void forget_mark(std::uint32_t index) {
     if (masters_[index].mark.empty()) return;
     masters_[index].mark.clear();
+    masters_[index].mark_lost = true;
     ++masters_[index].mark_generation;
   }
   // A connection to master `index` was lost (after its handshake, or while trying).
