@@ -36,6 +36,25 @@ bool is_mark_relearn(std::string_view chunk) {
   return chunk.find("__redlock_mark") != std::string_view::npos && chunk.find("\r\nSET\r\n") != std::string_view::npos;
 }
 
+// A asks for B's "res" every `pause` for `how_long`: two holders if A is granted while B's
+// lock is neither lost nor past its deadline (masters 0 and 1 wiped under it).
+Result acquire_beside_holder(Client& a, const Client& b, const Result& held, std::chrono::milliseconds how_long,
+                             std::chrono::milliseconds pause) {
+  Result stolen;
+  for (const auto start = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - start < how_long;) {
+    stolen = a.acquire("res");
+    if (stolen.ok()) break;
+    std::this_thread::sleep_for(pause);
+  }
+  const bool b_lost = held.lock->lost();
+  const bool b_valid = held.lock->deadline > b.now();
+  std::cout << "A on B's res: " << format_result(stolen) << "\nB's lock lost: " << b_lost
+            << ", still valid: " << b_valid << " (" << b.remaining(*held.lock).count() << " us left)\n";
+  EXPECT_FALSE(stolen.ok() && !b_lost && b_valid)
+      << "two holders: A counted masters 0 and 1, wiped under B's lock, at once";
+  return stolen;
+}
+
 // Per proxy: once armed, the first chunk holding A's relearn (SET mark NX) is held, with
 // everything behind it, until released (hold mode), or dropped with the connection (cut mode:
 // the test retargets the proxy while the chunk waits).
@@ -128,19 +147,7 @@ void run(Mode mode, bool b_cut_off = false) {
     a_to_0.retarget(masters[0].port());
     a_to_1.retarget(masters[1].port());
   }
-  Result stolen;
-  const auto start = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - start < 800ms) {
-    stolen = a.acquire("res");
-    if (stolen.ok()) break;
-    std::this_thread::sleep_for(10ms);
-  }
-  const bool b_lost = held.lock->lost();
-  const bool b_valid = held.lock->deadline > b.now();
-  std::cout << "A on B's res: " << format_result(stolen) << "\nB's lock lost: " << b_lost
-            << ", still valid: " << b_valid << "\n";
-  EXPECT_FALSE(stolen.ok() && !b_lost && b_valid)
-      << "two holders: A counted masters 0 and 1 whose keys were wiped under B's lock";
+  const Result stolen = acquire_beside_holder(a, b, held, 800ms, 10ms);
   if (stolen.ok()) {
     std::this_thread::sleep_for(1200ms);
     std::cout << "1.2 s later, B's lock lost: " << held.lock->lost() << "\n";
@@ -216,19 +223,7 @@ TEST(MarkRaceReviewTest, AMarkReadAbsentButNotRecreatedAtAHandshakeStartsNoGuard
     ASSERT_TRUE(e.wait_connected(3, 5s));
   }
   ASSERT_EQ(with_key(masters, "redlock:res"), 1u);
-  Result stolen;
-  const auto start = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - start < 2500ms) {
-    stolen = a.acquire("res");
-    if (stolen.ok()) break;
-    std::this_thread::sleep_for(20ms);
-  }
-  const bool b_lost = held.lock->lost();
-  const bool b_valid = held.lock->deadline > b.now();
-  std::cout << "A on B's res: " << format_result(stolen) << "\nB's lock lost: " << b_lost
-            << ", still valid: " << b_valid << " (" << b.remaining(*held.lock).count() << " us left)\n";
-  EXPECT_FALSE(stolen.ok() && !b_lost && b_valid)
-      << "two holders: A counted masters 0 and 1, wiped under B's lock, at once";
+  const Result stolen = acquire_beside_holder(a, b, held, 2500ms, 20ms);
   if (stolen.ok()) a.release(*stolen.lock);
   b_hold.hold = false;
 }
