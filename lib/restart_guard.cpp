@@ -119,18 +119,25 @@ bool RestartGuard::observe_mark(std::uint32_t index, bool created, const std::st
   const bool changed = !master.mark.empty() && mark != master.mark;
   if (mark != master.mark) ++master.mark_generation;
   master.mark = mark;
-  if (mark.empty()) {  // unknown: not counted (MasterSet::not_counted), nothing learned
-    if (changed) master.mark_lost = true;
-    return false;
+  if (mark.empty()) {  // unknown: not counted (MasterSet::not_counted)
+    if (!changed) return false;
+    // A known mark read absent (or unreadable) and not set again (SET NX refused: OOM, ACL):
+    // keys replaced now, as for a changed one. Before, it only became unknown: no votes were
+    // taken from held locks (AHolderHearsAWipeWhoseMarkCannotBeSetAgain).
+    master.mark_lost = true;
+    keys_replaced(index, "keyspace mark absent and not set again (a wipe)");
+    return true;
   }
   // A mark learned after this Client lost the one it knew (a wipe seen, a known mark read
   // absent) starts the guard again, created here or found: a second wipe while no mark was
   // known, re-marked by another Client, was missed when a late relearn found its mark (review
-  // 73: two holders, MarkRaceReviewTest, 50 of 50 before).
+  // 73: two holders, KeyspaceMarkRelearnTest, 50 of 50 before). It keeps the reason the loss gave.
   const bool was_lost = std::exchange(master.mark_lost, false);
   if (!created && !changed && !was_lost) return false;
-  keys_replaced(index, created ? "keyspace mark absent (a wipe at an unknown time, or never marked)"
-                               : "keyspace replaced (mark changed)");
+  std::string why = created ? "keyspace mark absent (a wipe at an unknown time, or never marked)"
+                            : "keyspace replaced (mark changed)";
+  if (was_lost && !master.replaced_because.empty()) why = master.replaced_because;
+  keys_replaced(index, std::move(why));
   return true;
 }
 

@@ -94,7 +94,9 @@ class RestartGuard {
   // `created` (it was absent, so the keyspace may have been wiped at some earlier time, even on
   // this Client's first contact) or an id other than the one this Client knew means its keys
   // may have been replaced: keys_replaced(). Returns true then. An unknown mark ("") is
-  // remembered as unknown (MasterSet::not_counted does not count the master).
+  // remembered as unknown (MasterSet::not_counted does not count the master); after a known
+  // one it is keys_replaced() too. The first mark learned after one was lost (mark_lost)
+  // calls keys_replaced() again, keeping the reason.
   bool observe_mark(std::uint32_t index, bool created, const std::string& mark);
   // Master `index`'s keys may have been replaced now (`why`): an acquire found its mark changed,
   // or a read did. As for a demotion: the votes it gave are taken from held locks (a lock left
