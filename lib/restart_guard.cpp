@@ -120,11 +120,15 @@ bool RestartGuard::observe_mark(std::uint32_t index, bool created, const std::st
   if (mark != master.mark) ++master.mark_generation;
   master.mark = mark;
   if (mark.empty()) {  // unknown: not counted (MasterSet::not_counted)
+    // Read absent or unreadable: whatever mark is learned next was made after this read, so it
+    // starts the guard (mark_lost), a first contact's included. Before, a first contact that read
+    // a wiped master unmarked and could not set it (OOM) counted the mark another Client set
+    // later at once (review 74: two holders, 9 of 9; KeyspaceMarkRelearnTest).
+    master.mark_lost = true;
     if (!changed) return false;
     // A known mark read absent (or unreadable) and not set again (SET NX refused: OOM, ACL):
     // keys replaced now, as for a changed one. Before, it only became unknown: no votes were
     // taken from held locks (AHolderHearsAWipeWhoseMarkCannotBeSetAgain).
-    master.mark_lost = true;
     keys_replaced(index, "keyspace mark absent and not set again (a wipe)");
     return true;
   }
@@ -134,9 +138,9 @@ bool RestartGuard::observe_mark(std::uint32_t index, bool created, const std::st
   // 73: two holders, KeyspaceMarkRelearnTest, 50 of 50 before). It keeps the reason the loss gave.
   const bool was_lost = std::exchange(master.mark_lost, false);
   if (!created && !changed && !was_lost) return false;
-  std::string why = created ? "keyspace mark absent (a wipe at an unknown time, or never marked)"
-                            : "keyspace replaced (mark changed)";
-  if (was_lost && !master.replaced_because.empty()) why = master.replaced_because;
+  const char* const absent = "keyspace mark absent (a wipe at an unknown time, or never marked)";
+  std::string why = created ? absent : "keyspace replaced (mark changed)";
+  if (was_lost) why = master.replaced_because.empty() ? absent : master.replaced_because;
   keys_replaced(index, std::move(why));
   return true;
 }

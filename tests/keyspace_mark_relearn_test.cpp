@@ -228,6 +228,61 @@ TEST(KeyspaceMarkRelearnTest, AMarkReadAbsentButNotRecreatedAtAHandshakeStartsNo
   b_hold.hold = false;
 }
 
+// The same OOM spell met by a first contact (review 74): B holds "res" and is cut off from
+// masters 0 and 1; both are wiped with SETs refused. A fresh Client A reads them unmarked and
+// cannot mark them: unknown, not counted. Once SETs are allowed, another Client (E) marks them;
+// A's relearn finds E's mark (created = false, nothing known to compare with). A saw those
+// masters unmarked, the evidence `created` gives, so the mark it finds starts the guard; before,
+// A counted both at once and was granted beside B, 9 of 9 in the review. (E does not read
+// `replaced` yet: its own first contact finding no mark creates it, and is guarded.)
+TEST(KeyspaceMarkRelearnTest, AFirstContactThatReadsTheMarkAbsentAndCannotSetItGuardsTheMarkItFindsLater) {
+  RedisServerGroup masters(3);
+  Hold b_hold;
+  TcpProxy b_to_0(masters[0].port(), [&](std::string_view c) { b_hold.on_request(c); });
+  TcpProxy b_to_1(masters[1].port(), [&](std::string_view c) { b_hold.on_request(c); });
+  struct Open {
+    Hold& h;
+    ~Open() { h.hold = false; }
+  } open{b_hold};
+  auto b_options = guarded({b_to_0.uri(), b_to_1.uri(), masters[2].uri()});
+  b_options.ttl = kLongTtl;
+  b_options.max_lock_ttl = kLongTtl;
+  b_options.stall_timeout = 30s;  // the held connections stay
+  Client b(b_options);
+  ASSERT_TRUE(b.wait_connected(3, 5s));
+  ASSERT_TRUE(every_master_counts(b, "warm-b", 15s));
+  const Result held = b.acquire("res");
+  ASSERT_TRUE(held.ok()) << format_result(held);
+  b_hold.hold = true;  // B cut off from masters 0 and 1
+  std::this_thread::sleep_for(50ms);
+  for (std::size_t i = 0; i < 2; ++i) {
+    masters[i].command({"FLUSHALL"});
+    masters[i].command({"CONFIG", "SET", "maxmemory", "1"});  // noeviction: every SET is OOM
+  }
+  struct Unlimit {
+    RedisServerGroup& m;
+    ~Unlimit() {
+      for (std::size_t i = 0; i < 2; ++i) m[i].command({"CONFIG", "SET", "maxmemory", "0"});
+    }
+  } unlimit{masters};
+  auto a_options = guarded(masters.uris());
+  a_options.ttl = kLongTtl;
+  a_options.max_lock_ttl = kLongTtl;
+  Client a(a_options);  // first contact: masters 0 and 1 unmarked, SET NX refused
+  ASSERT_TRUE(a.wait_connected(3, 5s));
+  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(with_key(masters, kMark), 1u);
+  for (std::size_t i = 0; i < 2; ++i) masters[i].command({"CONFIG", "SET", "maxmemory", "0"});
+  {
+    Client e(guarded(masters.uris()));  // marks masters 0 and 1 (its handshake's SET NX)
+    ASSERT_TRUE(e.wait_connected(3, 5s));
+  }
+  ASSERT_EQ(with_key(masters, kMark), 3u);
+  const Result stolen = acquire_beside_holder(a, b, held, 2500ms, 20ms);
+  if (stolen.ok()) a.release(*stolen.lock);
+  b_hold.hold = false;
+}
+
 // The same wipe under the holder itself: A holds a lock on all three masters, is cut off from
 // masters 0 and 1, both are wiped (A's keys there gone) with SETs refused (OOM). A's handshakes
 // read the mark it knew absent and cannot recreate it. Two of its three keys are gone, so its

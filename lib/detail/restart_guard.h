@@ -63,8 +63,9 @@ struct Incarnation {
   // Moves whenever `mark` does (an acquire answered "mark changed" tells news only if it was
   // sent with the mark still known: MasterSet::mark_changed).
   std::uint32_t mark_generation = 0;
-  // The mark was known and then forgotten (keys replaced, or unreadable): whatever mark is
-  // learned next, created or found, is learned at an unknown time after that.
+  // The mark was forgotten (keys replaced) or read absent or unreadable (a first contact's
+  // read included): whatever mark is learned next, created or found, was made at an unknown
+  // time after that.
   bool mark_lost = false;
 };
 
